@@ -1,0 +1,233 @@
+//! Layered configuration: built-in defaults, then `config/<service>.toml` (or the file named by
+//! `SECKILL_CONFIG`), then environment variables `SECKILL__SECTION__KEY`.
+//!
+//! Each service composes its own settings from the sections below; every section has serde
+//! defaults, so a file or the environment only names what differs.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// Reads the layered configuration of `service` into `T`.
+pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
+    let file = match std::env::var("SECKILL_CONFIG") {
+        Ok(path) => config::File::with_name(&path).required(true),
+        Err(_) => config::File::with_name(&format!("config/{service}")).required(false),
+    };
+    let env = config::Environment::with_prefix("SECKILL")
+        .prefix_separator("__")
+        .separator("__")
+        .try_parsing(true);
+    let built = config::Config::builder().add_source(file).add_source(env).build()?;
+    Ok(built.try_deserialize()?)
+}
+
+/// A configuration that cannot be used; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Source(#[from] config::ConfigError),
+    #[error("configuration key `{key}` (env {env}): {problem}")]
+    Invalid { key: &'static str, env: &'static str, problem: String },
+}
+
+impl ConfigError {
+    pub fn invalid(key: &'static str, env: &'static str, problem: impl Into<String>) -> Self {
+        Self::Invalid { key, env, problem: problem.into() }
+    }
+}
+
+/// `http.*`: where the service listens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSettings {
+    pub host: String,
+    /// None means the service's standard port; 0 asks the OS for a free one (tests).
+    pub port: Option<u16>,
+    /// Worker threads; 0 means one per core.
+    pub workers: usize,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+    /// How long a graceful shutdown waits for in-flight requests, in seconds.
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            host: "0.0.0.0".into(),
+            port: None,
+            workers: 0,
+            body_limit_bytes: 64 * 1024,
+            shutdown_timeout_secs: 20,
+        }
+    }
+}
+
+impl HttpSettings {
+    pub fn port_or(&self, standard: u16) -> u16 {
+        self.port.unwrap_or(standard)
+    }
+}
+
+/// `log.*`: `format` is `pretty` or `json`; `level` is an env-filter directive (RUST_LOG wins).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self { format: LogFormat::Pretty, level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// `database.*`: a PostgreSQL pool.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// None means `postgres://postgres:postgres@127.0.0.1:5432/<the service's database>`.
+    pub url: Option<String>,
+    pub pool_size: usize,
+    /// How long a request waits for a free connection before answering 503.
+    pub acquire_timeout_ms: u64,
+    /// `statement_timeout` set on every connection.
+    pub statement_timeout_ms: u64,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self { url: None, pool_size: 16, acquire_timeout_ms: 2_000, statement_timeout_ms: 5_000 }
+    }
+}
+
+impl DatabaseSettings {
+    pub fn url_or(&self, database: &str) -> String {
+        self.url
+            .clone()
+            .unwrap_or_else(|| format!("postgres://postgres:postgres@127.0.0.1:5432/{database}"))
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.acquire_timeout_ms)
+    }
+}
+
+/// `redis.*`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    pub url: String,
+    pub pool_size: usize,
+    /// Put before every key (tests give each run its own).
+    pub key_prefix: String,
+    /// How long a call waits for a connection and an answer before answering 503.
+    pub timeout_ms: u64,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            pool_size: 32,
+            key_prefix: String::new(),
+            timeout_ms: 2_000,
+        }
+    }
+}
+
+impl RedisSettings {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+/// `amqp.*`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AmqpSettings {
+    pub url: String,
+    /// Put before every queue and exchange name (tests give each run its own).
+    pub prefix: String,
+    /// How long an accepted request waits for the broker's publisher confirm.
+    pub confirm_timeout_ms: u64,
+    /// Publishing channels (each keeps its own confirms in flight).
+    pub publish_channels: usize,
+    /// Declare quorum queues (a RabbitMQ cluster) instead of classic ones.
+    pub quorum_queues: bool,
+}
+
+impl Default for AmqpSettings {
+    fn default() -> Self {
+        Self {
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            prefix: String::new(),
+            confirm_timeout_ms: 5_000,
+            publish_channels: 4,
+            quorum_queues: false,
+        }
+    }
+}
+
+/// `auth.*`. Secure by default: no dev tokens and no built-in secret.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    pub jwt_secret: Option<String>,
+    pub dev_tokens: bool,
+}
+
+/// `upstreams.*`: base URLs of the other services, each a URL or a comma-separated list of
+/// replicas.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamSettings {
+    pub seckill: String,
+    pub order: String,
+    pub stock: String,
+    /// Time to open a connection to an upstream.
+    pub connect_timeout_ms: u64,
+    /// Time for a whole upstream call.
+    pub timeout_ms: u64,
+}
+
+impl Default for UpstreamSettings {
+    fn default() -> Self {
+        Self {
+            seckill: "http://127.0.0.1:8081".into(),
+            order: "http://127.0.0.1:8082".into(),
+            stock: "http://127.0.0.1:8083".into(),
+            connect_timeout_ms: 500,
+            timeout_ms: 5_000,
+        }
+    }
+}
+
+/// Splits `a, b,c` into trimmed URLs without a trailing slash.
+pub fn split_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|s| s.trim().trim_end_matches('/').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_and_trim() {
+        assert_eq!(split_urls(" http://a:1/ , http://b:2,"), vec!["http://a:1", "http://b:2"]);
+        assert!(split_urls("").is_empty());
+    }
+}

@@ -1,0 +1,71 @@
+//! Redis key names, in one place.
+//!
+//! Every key of one sale carries the hash tag `{<goods_id>}`, so all of them hash to one Redis
+//! Cluster slot and the gate script, which touches several, stays legal on a cluster.
+
+use crate::ids::{GoodsId, UserId};
+
+/// Builds key names under an optional prefix (tests give each run its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisKeys {
+    prefix: String,
+}
+
+impl RedisKeys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Units left to reserve (an integer).
+    pub fn stock(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:stock", self.prefix)
+    }
+
+    /// Hash of the users holding a reservation: user id -> the request id that holds it
+    /// (prefixed `c:` once the order consumer has claimed it).
+    pub fn users(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:users", self.prefix)
+    }
+
+    /// Sorted set of reservations not yet confirmed by the broker, scored by reservation time
+    /// in milliseconds: what the reconciler looks at.
+    pub fn pending(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:pending", self.prefix)
+    }
+
+    /// A user's result: `queued`, `success:<order id>` or `failed`.
+    pub fn result(&self, g: GoodsId, u: UserId) -> String {
+        format!("{}seckill:{{{g}}}:result:{u}", self.prefix)
+    }
+
+    /// A user's path token for one sale.
+    pub fn token(&self, g: GoodsId, u: UserId) -> String {
+        format!("{}seckill:{{{g}}}:token:{u}", self.prefix)
+    }
+
+    /// A pattern matching every key under this prefix (for clean-up in tests and tools).
+    pub fn all_pattern(&self) -> String {
+        format!("{}seckill:*", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_sale_share_a_hash_tag() {
+        let k = RedisKeys::new("t1:");
+        let g = GoodsId::new(7).unwrap();
+        let u = UserId::new(42).unwrap();
+        assert_eq!(k.stock(g), "t1:seckill:{7}:stock");
+        assert_eq!(k.users(g), "t1:seckill:{7}:users");
+        assert_eq!(k.result(g, u), "t1:seckill:{7}:result:42");
+        assert_eq!(k.token(g, u), "t1:seckill:{7}:token:42");
+        assert_eq!(RedisKeys::default().stock(g), "seckill:{7}:stock");
+    }
+}

@@ -1,0 +1,18 @@
+//! Wire types and shared plumbing of the seckill services.
+//!
+//! Everything two services must agree on lives here, once: the HTTP bodies, the error codes,
+//! the AMQP messages, the Redis key names, the AMQP names, the header names, configuration
+//! loading and tracing set-up. No database or web framework types: each service converts.
+
+pub mod amqp;
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod headers;
+pub mod ids;
+pub mod keys;
+pub mod scripts;
+pub mod telemetry;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use ids::{GoodsId, OrderId, UserId};

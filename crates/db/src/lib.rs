@@ -1,0 +1,121 @@
+//! PostgreSQL plumbing shared by the services that own a database (stock-service and
+//! order-service): the pool, its per-connection settings, creating the database on first start,
+//! embedded migrations without libpq, and the mapping of database errors to API errors.
+
+use std::time::Duration;
+
+use diesel::ConnectionError;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::pooled_connection::deadpool::{Object, Pool, PoolError};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
+use seckill_common::ErrorCode;
+use seckill_common::config::DatabaseSettings;
+use seckill_web::ApiError;
+
+pub type PgPool = Pool<AsyncPgConnection>;
+pub type PgConn = Object<AsyncPgConnection>;
+
+/// A pool whose connections carry `statement_timeout`, so a stuck query cannot hold a
+/// connection (and a hot row's lock) for ever.
+pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
+    let statement_timeout_ms = settings.statement_timeout_ms;
+    let mut manager_config = ManagerConfig::default();
+    manager_config.custom_setup = Box::new(move |url| {
+        let url = url.to_owned();
+        Box::pin(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            diesel::sql_query(format!("SET statement_timeout = {statement_timeout_ms}"))
+                .execute(&mut conn)
+                .await
+                .map_err(ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, manager_config);
+    Ok(Pool::builder(manager)
+        .max_size(settings.pool_size.max(1))
+        .wait_timeout(Some(settings.acquire_timeout()))
+        .create_timeout(Some(settings.acquire_timeout()))
+        .recycle_timeout(Some(Duration::from_secs(1)))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()?)
+}
+
+/// Connects once to check the server answers; creates the database if it does not exist yet
+/// (so a fresh server needs no manual step). Creating needs the right to, which a managed
+/// production database usually gives only to its owner: there the database already exists.
+pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
+    match AsyncPgConnection::establish(url).await {
+        Ok(_) => return Ok(()),
+        Err(e) if !e.to_string().contains("does not exist") => {
+            return Err(anyhow::anyhow!("cannot connect to PostgreSQL: {e}"));
+        }
+        Err(_) => {}
+    }
+    let (server, name) = url
+        .rsplit_once('/')
+        .ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
+    let name = name.split('?').next().unwrap_or(name);
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        anyhow::bail!("database name `{name}` must be letters, digits and underscores");
+    }
+    let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to the maintenance database: {e}"))?;
+    match diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await {
+        Ok(_) => tracing::info!(database = name, "created database"),
+        // Two replicas starting together: the other one created it.
+        Err(e) if e.to_string().contains("already exists") => {}
+        Err(e) => return Err(anyhow::anyhow!("cannot create database {name}: {e}")),
+    }
+    Ok(())
+}
+
+/// Applies pending embedded migrations. Runs on a blocking thread, as diesel's migration
+/// harness is synchronous; PostgreSQL's own locking (the `__diesel_schema_migrations` insert in
+/// the migration's transaction) keeps two replicas from applying one migration twice.
+pub async fn run_migrations(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut conn =
+            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)?;
+        let applied = conn
+            .run_pending_migrations(migrations)
+            .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+        for m in applied {
+            tracing::info!(migration = %m, "applied migration");
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// Takes a connection, or answers 503 naming the database.
+pub async fn conn(pool: &PgPool) -> Result<PgConn, ApiError> {
+    pool.get().await.map_err(pool_error)
+}
+
+pub fn pool_error(e: PoolError) -> ApiError {
+    ApiError::unavailable("database", e)
+}
+
+/// Maps a query error: a lost connection or a timeout is 503, anything else 500.
+pub fn query_error(e: diesel::result::Error) -> ApiError {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match &e {
+        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => ApiError::unavailable("database", e),
+        Error::DatabaseError(_, info) if info.message().contains("statement timeout") => {
+            ApiError::unavailable("database", e)
+        }
+        Error::NotFound => ApiError::new(ErrorCode::NotFound, "not found"),
+        _ => ApiError::internal(e),
+    }
+}
+
+/// `/readyz` check: a connection from the pool answers `SELECT 1`.
+pub async fn ping(pool: &PgPool) -> Result<(), String> {
+    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+    diesel::sql_query("SELECT 1").execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,244 @@
+//! Test support: each test gets its own databases, Redis key prefix and AMQP names on the real
+//! servers, runs services in-process on port 0, and leaves nothing behind.
+//!
+//! The servers are found through `SECKILL_TEST_DATABASE_URL` (a server URL without a database
+//! name), `SECKILL_TEST_REDIS_URL` and `SECKILL_TEST_AMQP_URL`, defaulting to loopback;
+//! `scripts/test.sh` checks they answer before the tests run.
+
+use std::future::Future;
+use std::thread::JoinHandle;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use seckill_web::Application;
+use tokio::sync::oneshot;
+
+pub fn database_server_url() -> String {
+    std::env::var("SECKILL_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+pub fn redis_url() -> String {
+    std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub fn amqp_url() -> String {
+    std::env::var("SECKILL_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A short unique tag for this test's names (`t1a2b3c4d`).
+pub fn unique_tag() -> String {
+    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// A database of this test's own, dropped (with its connections) when the value is dropped.
+pub struct TestDb {
+    name: String,
+    url: String,
+}
+
+impl TestDb {
+    /// Names a fresh database; the service under test creates and migrates it at start.
+    pub fn new(purpose: &str) -> Self {
+        let name = format!("{}_{purpose}", unique_tag());
+        let url = format!("{}/{name}", database_server_url());
+        Self { name, url }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A direct connection, for checking what the service wrote.
+    pub async fn connect(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.name))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = format!("{}/postgres", database_server_url());
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        block_on_own_thread(async move {
+            if let Ok(mut conn) = AsyncPgConnection::establish(&admin).await {
+                let _ = diesel::sql_query(sql).execute(&mut conn).await;
+            }
+        });
+    }
+}
+
+/// Deletes this test's Redis keys and AMQP queues and exchanges when dropped.
+pub struct TestNames {
+    pub redis_prefix: String,
+    pub amqp_prefix: String,
+    queues: Vec<String>,
+    exchanges: Vec<String>,
+}
+
+impl TestNames {
+    pub fn new() -> Self {
+        let tag = unique_tag();
+        Self {
+            redis_prefix: format!("{tag}:"),
+            amqp_prefix: format!("{tag}."),
+            queues: Vec::new(),
+            exchanges: Vec::new(),
+        }
+    }
+
+    /// Queues and exchanges to delete at the end (the services declare them).
+    pub fn cleanup_amqp(&mut self, queues: Vec<String>, exchanges: Vec<String>) {
+        self.queues = queues;
+        self.exchanges = exchanges;
+    }
+}
+
+impl Default for TestNames {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TestNames {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.redis_prefix);
+        let queues = std::mem::take(&mut self.queues);
+        let exchanges = std::mem::take(&mut self.exchanges);
+        block_on_own_thread(async move {
+            let _ = delete_redis_keys(&pattern).await;
+            let _ = delete_amqp(&queues, &exchanges).await;
+        });
+    }
+}
+
+async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
+    use deadpool_redis::redis;
+    let client = redis::Client::open(redis_url())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let keys: Vec<String> = {
+        let mut iter: redis::AsyncIter<String> = redis::AsyncCommands::scan_match(&mut conn, pattern).await?;
+        let mut keys = Vec::new();
+        while let Some(k) = iter.next_item().await {
+            keys.push(k?);
+        }
+        keys
+    };
+    for chunk in keys.chunks(500) {
+        redis::cmd("DEL").arg(chunk).query_async::<()>(&mut conn).await?;
+    }
+    Ok(())
+}
+
+async fn delete_amqp(queues: &[String], exchanges: &[String]) -> anyhow::Result<()> {
+    if queues.is_empty() && exchanges.is_empty() {
+        return Ok(());
+    }
+    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    for q in queues {
+        let _ = channel.queue_delete(q.as_str().into(), Default::default()).await;
+    }
+    for e in exchanges {
+        let _ = channel.exchange_delete(e.as_str().into(), Default::default()).await;
+    }
+    let _ = conn.close(200, "test done".into()).await;
+    Ok(())
+}
+
+/// Runs a future to completion on a fresh runtime on its own thread: usable from `Drop` inside
+/// an async test, where blocking the test's runtime on itself would deadlock.
+fn block_on_own_thread<F>(fut: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let handle = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            rt.block_on(fut);
+        }
+    });
+    let _ = handle.join();
+}
+
+/// A service running on its own thread and runtime, as it would in its own process.
+pub struct RunningService {
+    pub port: u16,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RunningService {
+    /// Builds the service with `build` on a new multi-thread runtime and serves until stopped.
+    /// Panics with the build error if the service does not start.
+    pub fn start<B, Fut>(build: B) -> Self
+    where
+        B: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<Application>>,
+    {
+        // Logs show with RUST_LOG set (e.g. RUST_LOG=info cargo test -- --nocapture).
+        seckill_common::telemetry::init(&seckill_common::config::LogSettings {
+            level: "off".into(),
+            ..Default::default()
+        });
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            rt.block_on(async move {
+                match build().await {
+                    Ok(app) => {
+                        let _ = port_tx.send(Ok(app.port()));
+                        let _ = app
+                            .run_until_stopped(async {
+                                let _ = stop_rx.await;
+                            })
+                            .await;
+                    }
+                    Err(e) => {
+                        let _ = port_tx.send(Err(format!("{e:#}")));
+                    }
+                }
+            });
+        });
+        let port = match port_rx.recv() {
+            Ok(Ok(port)) => port,
+            Ok(Err(e)) => panic!("service failed to start: {e}"),
+            Err(_) => panic!("service thread ended before it started"),
+        };
+        Self { port, stop: Some(stop_tx), thread: Some(thread) }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Graceful shutdown, as on SIGTERM; returns once the service has finished.
+    pub async fn stop(mut self) {
+        self.signal_stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    fn signal_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        self.signal_stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Web plumbing every seckill service shares: the error type and its JSON body, the extractors'
+//! 4xx answers, request ids, Prometheus metrics, health routes, and an HTTP server with a
+//! graceful shutdown that also waits for the service's background tasks.
+
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod metrics;
+pub mod request_id;
+pub mod server;
+
+pub use error::ApiError;
+pub use extract::AuthUser;
+pub use server::{Application, Lifecycle, serve, shutdown_signal};

@@ -1,0 +1,54 @@
+//! Prometheus metrics: one recorder per process, HTTP counters and latencies by route.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{Error, HttpResponse, web};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder on first use (several services may share a test process).
+pub fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets(&[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ])
+            .expect("static buckets are valid")
+            .install_recorder()
+            .expect("the Prometheus recorder is installed once per process")
+    })
+}
+
+/// `GET /metrics`.
+pub async fn render() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(handle().render())
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/metrics", web::get().to(render));
+}
+
+/// Counts requests and records their latency, labelled by route pattern (not raw path, to keep
+/// the label set small) and status.
+pub async fn middleware(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, Error> {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let res = next.call(req).await?;
+    let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
+    let status = res.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    Ok(res)
+}

@@ -1,0 +1,139 @@
+//! The HTTP server every service runs, and the shutdown that ends it and the service's
+//! background tasks in the right order.
+
+use std::future::Future;
+
+use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+use seckill_common::ErrorCode;
+use seckill_common::config::HttpSettings;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::{ApiError, extract, health, metrics, request_id};
+
+/// Binds the server (port 0 asks the OS) and returns it unstarted with the port it got.
+/// `configure` adds the service's own routes and app data to every worker's app.
+pub fn serve<F>(settings: &HttpSettings, standard_port: u16, configure: F) -> std::io::Result<(Server, u16)>
+where
+    F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
+{
+    metrics::handle();
+    let limit = settings.body_limit_bytes;
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .wrap(from_fn(metrics::middleware))
+            .wrap(from_fn(request_id::middleware))
+            .app_data(extract::json_config(limit))
+            .app_data(extract::path_config())
+            .app_data(extract::query_config())
+            .app_data(web::PayloadConfig::new(limit))
+            .configure(health::routes)
+            .configure(metrics::routes)
+            .configure(configure.clone())
+            .default_service(web::to(not_found))
+    })
+    // Shutdown is ours to drive (see `Application::run_until_stopped`), so the service can finish its
+    // background work after the last request.
+    .disable_signals()
+    .shutdown_timeout(settings.shutdown_timeout_secs);
+    if settings.workers > 0 {
+        server = server.workers(settings.workers);
+    }
+    let server = server.bind((settings.host.as_str(), settings.port_or(standard_port)))?;
+    let port = server.addrs().first().map(|a| a.port()).unwrap_or_default();
+    Ok((server.run(), port))
+}
+
+async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::new(ErrorCode::NotFound, "no such route"))
+}
+
+/// Background tasks of a service (consumers, warm-up, reconcilers) and the token that tells
+/// them to stop.
+#[derive(Debug, Clone, Default)]
+pub struct Lifecycle {
+    pub cancel: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+impl Lifecycle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `task` until it returns; it must watch `self.cancel` and return soon after.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(task);
+    }
+}
+
+/// A built service: its HTTP server, bound and not yet running, and its background tasks.
+pub struct Application {
+    port: u16,
+    server: Server,
+    lifecycle: Lifecycle,
+}
+
+impl Application {
+    pub fn new(port: u16, server: Server, lifecycle: Lifecycle) -> Self {
+        Self { port, server, lifecycle }
+    }
+
+    /// The port the server got (the real one when port 0 was asked for).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves until `shutdown` resolves (or the server stops), then stops taking requests,
+    /// lets in-flight requests finish, and only then cancels and awaits the background tasks,
+    /// so a consumer finishes and acks what it holds.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let Self { server, lifecycle, .. } = self;
+        let handle = server.handle();
+        let mut server = std::pin::pin!(server);
+        let result = tokio::select! {
+            result = &mut server => result,
+            () = shutdown => {
+                tracing::info!("shutdown requested: draining requests");
+                // `stop` sends the command at once; the server future (polled below) carries
+                // it out, so awaiting the returned future first would wait for ever.
+                drop(handle.stop(true));
+                server.await
+            }
+        };
+        lifecycle.cancel.cancel();
+        lifecycle.tasks.close();
+        lifecycle.tasks.wait().await;
+        tracing::info!("stopped");
+        result
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

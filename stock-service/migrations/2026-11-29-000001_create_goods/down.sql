@@ -1,0 +1,2 @@
+DROP TABLE stock_ledger;
+DROP TABLE goods;

@@ -1,0 +1,26 @@
+//! stock-service settings: `http`, `log`, `database`.
+
+use seckill_common::config::{self, ConfigError, DatabaseSettings, HttpSettings, LogSettings};
+use serde::Deserialize;
+
+pub const SERVICE: &str = "stock-service";
+pub const STANDARD_PORT: u16 = 8083;
+pub const DATABASE: &str = "seckill_stock";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub log: LogSettings,
+    pub database: DatabaseSettings,
+}
+
+impl Settings {
+    pub fn load() -> Result<Self, ConfigError> {
+        config::load(SERVICE)
+    }
+
+    pub fn database_url(&self) -> String {
+        self.database.url_or(DATABASE)
+    }
+}

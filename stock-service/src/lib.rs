@@ -1,0 +1,11 @@
+//! stock-service: the authority on goods and stock. Owns the stock database; deducts and
+//! releases stock idempotently, keyed by the caller's order key.
+
+pub mod configuration;
+pub mod goods;
+pub mod ledger;
+pub mod routes;
+pub mod schema;
+pub mod startup;
+
+pub use configuration::Settings;

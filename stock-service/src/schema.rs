@@ -1,0 +1,29 @@
+//! Diesel's view of the tables in `migrations/`. Written to match the migrations (what
+//! `diesel print-schema` prints); change both together.
+
+diesel::table! {
+    goods (id) {
+        id -> Int8,
+        name -> Text,
+        price_cents -> Int8,
+        seckill_price_cents -> Int8,
+        stock_total -> Int8,
+        stock_available -> Int8,
+        start_at -> Timestamptz,
+        end_at -> Timestamptz,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    stock_ledger (order_key) {
+        order_key -> Uuid,
+        goods_id -> Int8,
+        quantity -> Int4,
+        deducted_at -> Timestamptz,
+        released_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(stock_ledger -> goods (goods_id));
+diesel::allow_tables_to_appear_in_same_query!(goods, stock_ledger);

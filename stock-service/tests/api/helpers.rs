@@ -1,0 +1,80 @@
+use chrono::{Duration, Utc};
+use seckill_common::api::{Goods, NewGoods};
+use seckill_common::config::HttpSettings;
+use seckill_testkit::{RunningService, TestDb};
+use serde_json::{Value, json};
+use stock_service::Settings;
+use uuid::Uuid;
+
+/// Fields drop in order: the service stops before its database is dropped.
+pub struct TestApp {
+    pub service: RunningService,
+    pub http: reqwest::Client,
+    pub db: TestDb,
+}
+
+pub fn spawn_app() -> TestApp {
+    let db = TestDb::new("stock");
+    let mut settings = Settings::default();
+    settings.http = HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() };
+    settings.database.url = Some(db.url().to_owned());
+    let service = RunningService::start(move || stock_service::startup::build(settings));
+    TestApp { service, http: reqwest::Client::new(), db }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.service.url())
+    }
+
+    pub async fn create_goods(&self, stock: i64) -> Goods {
+        let res = self
+            .http
+            .post(self.url("/api/admin/goods"))
+            .header("x-user-id", "1")
+            .header("x-user-role", "admin")
+            .json(&NewGoods {
+                name: "test phone".into(),
+                price_cents: 10_000,
+                seckill_price_cents: 5_000,
+                stock_total: stock,
+                start_at: Utc::now() - Duration::minutes(1),
+                end_at: Utc::now() + Duration::hours(1),
+            })
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+        res.json().await.unwrap()
+    }
+
+    pub async fn deduct(&self, key: Uuid, goods: &Goods) -> (u16, Value) {
+        self.post("/internal/stock/deduct", json!({"order_key": key, "goods_id": goods.id})).await
+    }
+
+    pub async fn release(&self, key: Uuid) -> (u16, Value) {
+        self.post("/internal/stock/release", json!({"order_key": key})).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let res = self.http.post(self.url(path)).json(&body).send().await.unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn goods(&self, goods: &Goods) -> Goods {
+        self.http.get(self.url(&format!("/api/goods/{}", goods.id))).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Units held by unreleased ledger rows, read straight from the database.
+    pub async fn held(&self, goods: &Goods) -> i64 {
+        let mut conn = self.db.connect().await;
+        stock_service::ledger::held(&mut conn, goods.id.get()).await.unwrap()
+    }
+
+    /// Conservation: total = available + held, read from the database.
+    pub async fn assert_conserved(&self, goods: &Goods) {
+        let now = self.goods(goods).await;
+        assert_eq!(now.stock_total, now.stock_available + self.held(goods).await, "conservation broken: {now:?}");
+    }
+}
