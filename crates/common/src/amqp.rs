@@ -21,7 +21,13 @@ pub struct OrderRequest {
 
 impl OrderRequest {
     pub fn new(request_id: Uuid, user_id: UserId, goods_id: GoodsId, ts: i64) -> Self {
-        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts }
+        Self {
+            v: MESSAGE_VERSION,
+            request_id,
+            user_id,
+            goods_id,
+            ts,
+        }
     }
 }
 
@@ -33,7 +39,9 @@ pub struct AmqpNames {
 
 impl AmqpNames {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into() }
+        Self {
+            prefix: prefix.into(),
+        }
     }
 
     pub fn prefix(&self) -> &str {

@@ -298,7 +298,10 @@ mod tests {
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
         };
-        assert_eq!(g.window_at(g.start_at - chrono::Duration::seconds(1)), SaleWindow::NotStarted);
+        assert_eq!(
+            g.window_at(g.start_at - chrono::Duration::seconds(1)),
+            SaleWindow::NotStarted
+        );
         assert_eq!(g.window_at(g.start_at), SaleWindow::Open);
         assert_eq!(g.window_at(g.end_at), SaleWindow::Ended);
     }

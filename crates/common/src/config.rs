@@ -19,7 +19,10 @@ pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
         .prefix_separator("__")
         .separator("__")
         .try_parsing(true);
-    let built = config::Config::builder().add_source(file).add_source(env).build()?;
+    let built = config::Config::builder()
+        .add_source(file)
+        .add_source(env)
+        .build()?;
     Ok(built.try_deserialize()?)
 }
 
@@ -29,12 +32,20 @@ pub enum ConfigError {
     #[error("configuration: {0}")]
     Source(#[from] config::ConfigError),
     #[error("configuration key `{key}` (env {env}): {problem}")]
-    Invalid { key: &'static str, env: &'static str, problem: String },
+    Invalid {
+        key: &'static str,
+        env: &'static str,
+        problem: String,
+    },
 }
 
 impl ConfigError {
     pub fn invalid(key: &'static str, env: &'static str, problem: impl Into<String>) -> Self {
-        Self::Invalid { key, env, problem: problem.into() }
+        Self::Invalid {
+            key,
+            env,
+            problem: problem.into(),
+        }
     }
 }
 
@@ -81,7 +92,10 @@ pub struct LogSettings {
 
 impl Default for LogSettings {
     fn default() -> Self {
-        Self { format: LogFormat::Pretty, level: "info".into() }
+        Self {
+            format: LogFormat::Pretty,
+            level: "info".into(),
+        }
     }
 }
 
@@ -107,7 +121,12 @@ pub struct DatabaseSettings {
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
-        Self { url: None, pool_size: 16, acquire_timeout_ms: 2_000, statement_timeout_ms: 5_000 }
+        Self {
+            url: None,
+            pool_size: 16,
+            acquire_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+        }
     }
 }
 
@@ -227,7 +246,10 @@ mod tests {
 
     #[test]
     fn urls_split_and_trim() {
-        assert_eq!(split_urls(" http://a:1/ , http://b:2,"), vec!["http://a:1", "http://b:2"]);
+        assert_eq!(
+            split_urls(" http://a:1/ , http://b:2,"),
+            vec!["http://a:1", "http://b:2"]
+        );
         assert!(split_urls("").is_empty());
     }
 }

@@ -11,7 +11,10 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code: code.as_str().to_owned(), message: message.into() }
+        Self {
+            code: code.as_str().to_owned(),
+            message: message.into(),
+        }
     }
 }
 
@@ -80,7 +83,11 @@ impl ErrorCode {
             Self::Forbidden | Self::BadToken => 403,
             Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::Repeated | Self::OutOfStock | Self::KeyReleased | Self::OrderNotPayable | Self::OrderNotCancellable => 409,
+            Self::Repeated
+            | Self::OutOfStock
+            | Self::KeyReleased
+            | Self::OrderNotPayable
+            | Self::OrderNotCancellable => 409,
             Self::SoldOut | Self::Ended => 410,
             Self::PayloadTooLarge => 413,
             Self::NotStarted => 425,
@@ -105,7 +112,10 @@ mod tests {
     #[test]
     fn body_serializes_code_as_upper_snake() {
         let body = ErrorBody::new(ErrorCode::SoldOut, "gone");
-        assert_eq!(serde_json::to_string(&body).unwrap(), r#"{"code":"SOLD_OUT","message":"gone"}"#);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"code":"SOLD_OUT","message":"gone"}"#
+        );
         assert_eq!(ErrorCode::SoldOut.status(), 410);
         assert_eq!(ErrorCode::NotStarted.status(), 425);
     }

@@ -92,7 +92,10 @@ impl StoredResult {
         match s {
             "queued" => Some(Self::Queued),
             "failed" => Some(Self::Failed),
-            _ => s.strip_prefix("success:").and_then(|id| id.parse().ok()).map(Self::Success),
+            _ => s
+                .strip_prefix("success:")
+                .and_then(|id| id.parse().ok())
+                .map(Self::Success),
         }
     }
 
@@ -111,7 +114,11 @@ mod tests {
 
     #[test]
     fn stored_results_round_trip() {
-        for r in [StoredResult::Queued, StoredResult::Success(42), StoredResult::Failed] {
+        for r in [
+            StoredResult::Queued,
+            StoredResult::Success(42),
+            StoredResult::Failed,
+        ] {
             assert_eq!(StoredResult::parse(&r.encode()), Some(r));
         }
         assert_eq!(StoredResult::parse("success:x"), None);

@@ -33,7 +33,8 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
             Ok(conn)
         })
     });
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, manager_config);
+    let manager =
+        AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, manager_config);
     Ok(Pool::builder(manager)
         .max_size(settings.pool_size.max(1))
         .wait_timeout(Some(settings.acquire_timeout()))
@@ -64,7 +65,10 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
     let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the maintenance database: {e}"))?;
-    match diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await {
+    match diesel::sql_query(format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+    {
         Ok(_) => tracing::info!(database = name, "created database"),
         // Two replicas starting together: the other one created it.
         Err(e) if e.to_string().contains("already exists") => {}
@@ -105,7 +109,9 @@ pub fn pool_error(e: PoolError) -> ApiError {
 pub fn query_error(e: diesel::result::Error) -> ApiError {
     use diesel::result::{DatabaseErrorKind, Error};
     match &e {
-        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => ApiError::unavailable("database", e),
+        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
+            ApiError::unavailable("database", e)
+        }
         Error::DatabaseError(_, info) if info.message().contains("statement timeout") => {
             ApiError::unavailable("database", e)
         }
@@ -117,5 +123,9 @@ pub fn query_error(e: diesel::result::Error) -> ApiError {
 /// `/readyz` check: a connection from the pool answers `SELECT 1`.
 pub async fn ping(pool: &PgPool) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| e.to_string())?;
-    diesel::sql_query("SELECT 1").execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+    diesel::sql_query("SELECT 1")
+        .execute(&mut conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::Confirmation;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use seckill_common::amqp::AmqpNames;
@@ -21,28 +21,45 @@ pub async fn connect(url: &str, service: &str) -> lapin::Result<Connection> {
 
 /// Declares every queue the services use; idempotent, so each service calls it at start and
 /// after reconnecting, in any order. Queues are durable; quorum queues on request (a cluster).
-pub async fn declare_topology(channel: &Channel, names: &AmqpNames, settings: &AmqpSettings) -> lapin::Result<()> {
-    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+pub async fn declare_topology(
+    channel: &Channel,
+    names: &AmqpNames,
+    settings: &AmqpSettings,
+) -> lapin::Result<()> {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
     let mut dead = FieldTable::default();
     queue_type(&mut dead, settings);
-    channel.queue_declare(names.orders_dead_queue().into(), durable, dead).await?;
+    channel
+        .queue_declare(names.orders_dead_queue().into(), durable, dead)
+        .await?;
 
     let mut orders = FieldTable::default();
     queue_type(&mut orders, settings);
     // What the consumer rejects (undecodable, unknown version, out of tries) goes to the dead
     // letters with the broker's x-death record of where it came from.
-    orders.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(LongString::from("")));
+    orders.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(LongString::from("")),
+    );
     orders.insert(
         "x-dead-letter-routing-key".into(),
         AMQPValue::LongString(LongString::from(names.orders_dead_queue())),
     );
-    channel.queue_declare(names.orders_queue().into(), durable, orders).await?;
+    channel
+        .queue_declare(names.orders_queue().into(), durable, orders)
+        .await?;
     Ok(())
 }
 
 fn queue_type(args: &mut FieldTable, settings: &AmqpSettings) {
     if settings.quorum_queues {
-        args.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from("quorum")));
+        args.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
     }
 }
 
@@ -105,17 +122,26 @@ impl Publisher {
 
     /// Publishes `body` to `queue` through the default exchange, persistent and mandatory, and
     /// returns once the broker confirmed it (or fails; then the broker may or may not hold it).
-    pub async fn publish(&self, queue: &str, body: &[u8], properties: BasicProperties) -> Result<(), PublishError> {
+    pub async fn publish(
+        &self,
+        queue: &str,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<(), PublishError> {
         let timeout = Duration::from_millis(self.settings.confirm_timeout_ms);
         let link = self.current_link().await?;
-        let channel = &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];
+        let channel =
+            &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];
         let properties = properties.with_delivery_mode(2);
         let confirmed = tokio::time::timeout(timeout, async {
             let confirm = channel
                 .basic_publish(
                     ShortString::from(""),
                     ShortString::from(queue),
-                    BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
                     body,
                     properties,
                 )
@@ -163,14 +189,23 @@ impl Publisher {
     }
 }
 
-async fn open_link(settings: &AmqpSettings, names: &AmqpNames, service: &str) -> lapin::Result<Link> {
+async fn open_link(
+    settings: &AmqpSettings,
+    names: &AmqpNames,
+    service: &str,
+) -> lapin::Result<Link> {
     let connection = connect(&settings.url, service).await?;
     let mut channels = Vec::with_capacity(settings.publish_channels.max(1));
     for _ in 0..settings.publish_channels.max(1) {
         let channel = connection.create_channel().await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
         channels.push(channel);
     }
     declare_topology(&channels[0], names, settings).await?;
-    Ok(Link { connection, channels })
+    Ok(Link {
+        connection,
+        channels,
+    })
 }

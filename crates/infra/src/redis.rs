@@ -21,7 +21,11 @@ pub fn pool(settings: &RedisSettings) -> anyhow::Result<Pool> {
 /// `/readyz` check.
 pub async fn ping(pool: &Pool) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| e.to_string())?;
-    redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The buy-path scripts (see `seckill_common::scripts`), hashed once.
@@ -54,7 +58,13 @@ impl Scripts {
     /// reload by themselves on NOSCRIPT (after a Redis restart); pipelines call this again.
     pub async fn load(&self, pool: &Pool) -> anyhow::Result<()> {
         let mut conn = pool.get().await?;
-        for s in [&self.reserve, &self.undo, &self.claim, &self.fail_claimed, &self.path_token] {
+        for s in [
+            &self.reserve,
+            &self.undo,
+            &self.claim,
+            &self.fail_claimed,
+            &self.path_token,
+        ] {
             s.prepare_invoke().load_async(&mut conn).await?;
         }
         Ok(())

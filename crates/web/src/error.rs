@@ -14,7 +14,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), cause: None }
+        Self {
+            code,
+            message: message.into(),
+            cause: None,
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {

@@ -44,7 +44,10 @@ pub async fn middleware(
     let started = Instant::now();
     let method = req.method().as_str().to_owned();
     let res = next.call(req).await?;
-    let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
+    let route = res
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".into());
     let status = res.status().as_u16().to_string();
     let labels = [("method", method), ("route", route), ("status", status)];
     metrics::counter!("http_requests_total", &labels).increment(1);

@@ -10,8 +10,15 @@ async fn created_goods_are_listed_and_found() {
     let goods = app.create_goods(7).await;
     assert_eq!(goods.stock_available, 7);
     assert_eq!(app.goods(&goods).await, goods);
-    let list: Vec<seckill_common::api::Goods> =
-        app.http.get(app.url("/api/goods")).send().await.unwrap().json().await.unwrap();
+    let list: Vec<seckill_common::api::Goods> = app
+        .http
+        .get(app.url("/api/goods"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list, vec![goods]);
 }
 
@@ -21,7 +28,12 @@ async fn only_admins_create_and_bad_bodies_are_refused() {
     let body = json!({"name": "x", "price_cents": 10, "seckill_price_cents": 5, "stock_total": 1,
         "start_at": "2030-01-01T00:00:00Z", "end_at": "2030-01-02T00:00:00Z"});
     let post = |role: &'static str, body: serde_json::Value| {
-        app.http.post(app.url("/api/admin/goods")).header("x-user-id", "5").header("x-user-role", role).json(&body).send()
+        app.http
+            .post(app.url("/api/admin/goods"))
+            .header("x-user-id", "5")
+            .header("x-user-role", role)
+            .json(&body)
+            .send()
     };
     let res = post("user", body.clone()).await.unwrap();
     assert_eq!(res.status(), 403);
@@ -32,7 +44,13 @@ async fn only_admins_create_and_bad_bodies_are_refused() {
     let err: serde_json::Value = res.json().await.unwrap();
     assert_eq!(err["code"], "INVALID_INPUT");
     assert!(err["message"].as_str().unwrap().contains("stock_total"));
-    let res = app.http.post(app.url("/api/admin/goods")).json(&body).send().await.unwrap();
+    let res = app
+        .http
+        .post(app.url("/api/admin/goods"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 401);
 }
 

@@ -1,6 +1,6 @@
 use chrono::{Duration, Utc};
 use seckill_common::api::{Goods, NewGoods};
-use seckill_common::config::HttpSettings;
+use seckill_common::config::{DatabaseSettings, HttpSettings};
 use seckill_testkit::{RunningService, TestDb};
 use serde_json::{Value, json};
 use stock_service::Settings;
@@ -15,11 +15,25 @@ pub struct TestApp {
 
 pub fn spawn_app() -> TestApp {
     let db = TestDb::new("stock");
-    let mut settings = Settings::default();
-    settings.http = HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() };
-    settings.database.url = Some(db.url().to_owned());
+    let settings = Settings {
+        http: HttpSettings {
+            host: "127.0.0.1".into(),
+            port: Some(0),
+            workers: 2,
+            ..Default::default()
+        },
+        database: DatabaseSettings {
+            url: Some(db.url().to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     let service = RunningService::start(move || stock_service::startup::build(settings));
-    TestApp { service, http: reqwest::Client::new(), db }
+    TestApp {
+        service,
+        http: reqwest::Client::new(),
+        db,
+    }
 }
 
 impl TestApp {
@@ -49,32 +63,56 @@ impl TestApp {
     }
 
     pub async fn deduct(&self, key: Uuid, goods: &Goods) -> (u16, Value) {
-        self.post("/internal/stock/deduct", json!({"order_key": key, "goods_id": goods.id})).await
+        self.post(
+            "/internal/stock/deduct",
+            json!({"order_key": key, "goods_id": goods.id}),
+        )
+        .await
     }
 
     pub async fn release(&self, key: Uuid) -> (u16, Value) {
-        self.post("/internal/stock/release", json!({"order_key": key})).await
+        self.post("/internal/stock/release", json!({"order_key": key}))
+            .await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let res = self.http.post(self.url(path)).json(&body).send().await.unwrap();
+        let res = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = res.status().as_u16();
         (status, res.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn goods(&self, goods: &Goods) -> Goods {
-        self.http.get(self.url(&format!("/api/goods/{}", goods.id))).send().await.unwrap().json().await.unwrap()
+        self.http
+            .get(self.url(&format!("/api/goods/{}", goods.id)))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     /// Units held by unreleased ledger rows, read straight from the database.
     pub async fn held(&self, goods: &Goods) -> i64 {
         let mut conn = self.db.connect().await;
-        stock_service::ledger::held(&mut conn, goods.id.get()).await.unwrap()
+        stock_service::ledger::held(&mut conn, goods.id.get())
+            .await
+            .unwrap()
     }
 
     /// Conservation: total = available + held, read from the database.
     pub async fn assert_conserved(&self, goods: &Goods) {
         let now = self.goods(goods).await;
-        assert_eq!(now.stock_total, now.stock_available + self.held(goods).await, "conservation broken: {now:?}");
+        assert_eq!(
+            now.stock_total,
+            now.stock_available + self.held(goods).await,
+            "conservation broken: {now:?}"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! stock-service against a real PostgreSQL: each test has its own database.
 
+mod goods;
 mod helpers;
 mod ledger;
-mod goods;

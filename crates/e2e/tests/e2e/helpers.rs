@@ -1,0 +1,373 @@
+//! `spawn_system()`: the four services wired together, and a client with one method per call.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deadpool_redis::redis::AsyncCommands;
+use diesel_async::RunQueryDsl;
+use seckill_common::GoodsId;
+use seckill_common::amqp::AmqpNames;
+use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
+use seckill_common::config::HttpSettings;
+use seckill_common::keys::RedisKeys;
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, redis_url};
+use serde_json::{Value, json};
+
+pub const JWT_SECRET: &str = "e2e-test-secret";
+
+fn http_settings() -> HttpSettings {
+    HttpSettings {
+        host: "127.0.0.1".into(),
+        port: Some(0),
+        workers: 2,
+        ..Default::default()
+    }
+}
+
+/// Knobs a test may turn before the system starts.
+#[derive(Clone)]
+pub struct Options {
+    pub require_token: bool,
+    pub order_ttl_secs: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            require_token: true,
+            order_ttl_secs: 1_800,
+        }
+    }
+}
+
+/// Fields drop in order: the services stop (gateway first) before the databases and names go.
+/// Some fields are held only to keep what they own alive until then.
+#[allow(dead_code)]
+pub struct System {
+    pub gateway: RunningService,
+    pub seckill: RunningService,
+    pub order: RunningService,
+    pub stock: RunningService,
+    pub http: reqwest::Client,
+    pub redis_keys: RedisKeys,
+    pub amqp_names: AmqpNames,
+    pub stock_db: TestDb,
+    pub order_db: TestDb,
+    pub names: TestNames,
+}
+
+pub fn spawn_system() -> System {
+    spawn_system_with(Options::default())
+}
+
+pub fn spawn_system_with(options: Options) -> System {
+    let mut names = TestNames::new();
+    let amqp_names = AmqpNames::new(names.amqp_prefix.clone());
+    names.cleanup_amqp(amqp_names.all_queues(), Vec::new());
+    let redis_keys = RedisKeys::new(names.redis_prefix.clone());
+    let stock_db = TestDb::new("stock");
+    let order_db = TestDb::new("order");
+
+    let mut database = seckill_common::config::DatabaseSettings {
+        url: Some(stock_db.url().to_owned()),
+        ..Default::default()
+    };
+    let s = stock_service::Settings {
+        http: http_settings(),
+        database: database.clone(),
+        ..Default::default()
+    };
+    let stock = RunningService::start(move || stock_service::startup::build(s));
+
+    let redis = seckill_common::config::RedisSettings {
+        url: redis_url(),
+        key_prefix: names.redis_prefix.clone(),
+        ..Default::default()
+    };
+    let amqp = seckill_common::config::AmqpSettings {
+        url: amqp_url(),
+        prefix: names.amqp_prefix.clone(),
+        ..Default::default()
+    };
+    let upstreams = |seckill: &str, order: &str| seckill_common::config::UpstreamSettings {
+        seckill: seckill.to_owned(),
+        order: order.to_owned(),
+        stock: stock.url(),
+        ..Default::default()
+    };
+
+    let s = seckill_service::Settings {
+        http: http_settings(),
+        redis: redis.clone(),
+        amqp: amqp.clone(),
+        upstreams: upstreams("", ""),
+        seckill: seckill_service::configuration::SeckillSettings {
+            require_token: options.require_token,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let seckill = RunningService::start(move || seckill_service::startup::build(s));
+
+    database.url = Some(order_db.url().to_owned());
+    let s = order_service::Settings {
+        http: http_settings(),
+        database,
+        redis,
+        amqp,
+        upstreams: upstreams("", ""),
+        order: order_service::configuration::OrderSettings {
+            ttl_secs: options.order_ttl_secs,
+            retry_delay_ms: 200,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let order = RunningService::start(move || order_service::startup::build(s));
+
+    let s = gateway::configuration::Settings {
+        http: http_settings(),
+        auth: seckill_common::config::AuthSettings {
+            jwt_secret: Some(JWT_SECRET.into()),
+            dev_tokens: true,
+        },
+        upstreams: upstreams(&seckill.url(), &order.url()),
+        ..Default::default()
+    };
+    let gateway = RunningService::start(move || gateway::startup::build(s));
+
+    System {
+        gateway,
+        seckill,
+        order,
+        stock,
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap(),
+        redis_keys,
+        amqp_names,
+        stock_db,
+        order_db,
+        names,
+    }
+}
+
+/// A response's status and JSON body (Null when it has none).
+pub type Answer = (u16, Value);
+
+async fn answer(res: reqwest::Response) -> Answer {
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+impl System {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.gateway.url())
+    }
+
+    pub async fn dev_token(&self, user: i64, role: &str) -> String {
+        let (status, body) = self
+            .post(
+                "/api/auth/dev-token",
+                None,
+                json!({"user_id": user, "role": role}),
+            )
+            .await;
+        assert_eq!(status, 200, "dev token: {body}");
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> Answer {
+        let mut req = self.http.post(self.url(path)).json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        let mut req = self.http.get(self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// Creates a sale through the gateway as an admin; `start`/`end` relative to now.
+    pub async fn create_sale(
+        &self,
+        stock: i64,
+        start: chrono::Duration,
+        end: chrono::Duration,
+    ) -> Goods {
+        let admin = self.dev_token(1, "admin").await;
+        let now = Utc::now();
+        let (status, body) = self
+            .post(
+                "/api/admin/goods",
+                Some(&admin),
+                json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
+                    "stock_total": stock, "start_at": now + start, "end_at": now + end}),
+            )
+            .await;
+        assert_eq!(status, 201, "create sale: {body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// A sale open now for an hour.
+    pub async fn open_sale(&self, stock: i64) -> Goods {
+        self.create_sale(
+            stock,
+            chrono::Duration::seconds(-5),
+            chrono::Duration::hours(1),
+        )
+        .await
+    }
+
+    pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {
+        self.post(
+            &format!("/api/seckill/{g}/token"),
+            Some(user_token),
+            Value::Null,
+        )
+        .await
+    }
+
+    pub async fn order(&self, user_token: &str, g: GoodsId, path_token: Option<&str>) -> Answer {
+        let mut req = self
+            .http
+            .post(self.url(&format!("/api/seckill/{g}/orders")))
+            .bearer_auth(user_token);
+        if let Some(t) = path_token {
+            req = req.header("x-seckill-token", t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// Path token then order, as a buyer's client does.
+    pub async fn buy(&self, user_token: &str, g: GoodsId) -> Answer {
+        let (status, body) = self.path_token(user_token, g).await;
+        if status != 200 {
+            return (status, body);
+        }
+        self.order(user_token, g, body["token"].as_str()).await
+    }
+
+    pub async fn result(&self, user_token: &str, g: GoodsId) -> SeckillResult {
+        let (status, body) = self
+            .get(&format!("/api/seckill/{g}/result"), Some(user_token))
+            .await;
+        assert_eq!(status, 200, "result: {body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// Polls until the result is no longer `queued` (or `within` passes: then the last one).
+    pub async fn final_result(
+        &self,
+        user_token: &str,
+        g: GoodsId,
+        within: Duration,
+    ) -> SeckillResult {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self.result(user_token, g).await;
+            if r.status != SeckillStatus::Queued || Instant::now() > deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn order_by_id(&self, user_token: &str, id: i64) -> Answer {
+        self.get(&format!("/api/orders/{id}"), Some(user_token))
+            .await
+    }
+
+    pub async fn goods(&self, g: GoodsId) -> Goods {
+        let (status, body) = self.get(&format!("/api/goods/{g}"), None).await;
+        assert_eq!(status, 200);
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn redis(&self) -> deadpool_redis::redis::aio::MultiplexedConnection {
+        deadpool_redis::redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {
+        self.redis()
+            .await
+            .get(self.redis_keys.stock(g))
+            .await
+            .unwrap()
+    }
+
+    pub async fn redis_users(&self, g: GoodsId) -> i64 {
+        self.redis()
+            .await
+            .hlen(self.redis_keys.users(g))
+            .await
+            .unwrap()
+    }
+
+    /// Active (unpaid or paid) orders of a sale, straight from the order database, and the
+    /// most any one user holds.
+    pub async fn active_orders(&self, g: GoodsId) -> (i64, i64) {
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            orders: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            most_per_user: i64,
+        }
+        let mut conn = self.order_db.connect().await;
+        let row: Row = diesel::sql_query(
+            "WITH active AS (SELECT user_id FROM orders WHERE goods_id = $1 AND status IN ('unpaid', 'paid')) \
+             SELECT (SELECT COUNT(*) FROM active)::BIGINT AS orders, \
+                    (SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM active GROUP BY user_id) u)::BIGINT \
+                    AS most_per_user",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(g.get())
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        (row.orders, row.most_per_user)
+    }
+
+    /// Units held by unreleased deductions at stock-service, straight from its database.
+    pub async fn held_at_stock(&self, g: GoodsId) -> i64 {
+        let mut conn = self.stock_db.connect().await;
+        stock_service::ledger::held(&mut conn, g.get())
+            .await
+            .unwrap()
+    }
+
+    /// Messages waiting in a queue of this test.
+    pub async fn queue_depth(&self, queue: &str) -> u32 {
+        let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let q = channel
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let _ = conn.close(200, "checked".into()).await;
+        q.message_count()
+    }
+}
+
+pub fn order_of(body: &Value) -> Order {
+    serde_json::from_value(body.clone()).unwrap()
+}

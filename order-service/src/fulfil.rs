@@ -1,0 +1,238 @@
+//! Turns a batch of accepted buy requests into orders: the heart of order-service.
+//!
+//! Per batch: requests that already have an order are answered again (a re-delivery); the
+//! rest claim their Redis reservation (a reservation given back means the request was answered
+//! 503 or failed, and it must not become an order); the claimed ones deduct at stock-service in
+//! one call, the deducted ones become orders in one insert, and every buyer's result is written.
+//! Any dependency failure returns an error before the batch is acked: the messages come back,
+//! and every step above is idempotent, so the retry finishes the work without doing any twice.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use dashmap::DashMap;
+use seckill_common::GoodsId;
+use seckill_common::amqp::OrderRequest;
+use seckill_common::api::{DeductOutcome, DeductRequest};
+use seckill_db::PgPool;
+use seckill_infra::stock_client::StockClient;
+use uuid::Uuid;
+
+use crate::orders::{self, NewOrder};
+use crate::results::ResultStore;
+
+/// How a batch ended, for logs and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchReport {
+    /// New orders written.
+    pub ordered: usize,
+    /// Requests that already had an order (re-delivered).
+    pub repeated: usize,
+    /// Requests ended as `failed`.
+    pub failed: usize,
+    /// Requests whose reservation had been given back: dropped.
+    pub stale: usize,
+}
+
+pub struct Fulfiller {
+    pool: PgPool,
+    stock: StockClient,
+    results: ResultStore,
+    /// Seckill price per sale: fixed for a sale's life, so asked once.
+    prices: DashMap<GoodsId, Option<i64>>,
+    ttl: Duration,
+}
+
+impl Fulfiller {
+    pub fn new(pool: PgPool, stock: StockClient, results: ResultStore, ttl: Duration) -> Self {
+        Self {
+            pool,
+            stock,
+            results,
+            prices: DashMap::new(),
+            ttl,
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn results(&self) -> &ResultStore {
+        &self.results
+    }
+
+    /// The seckill price, or None when stock-service knows no such goods.
+    async fn price(&self, g: GoodsId) -> anyhow::Result<Option<i64>> {
+        if let Some(p) = self.prices.get(&g) {
+            return Ok(*p);
+        }
+        let price = self
+            .stock
+            .goods(g)
+            .await?
+            .map(|goods| goods.seckill_price_cents);
+        self.prices.insert(g, price);
+        Ok(price)
+    }
+
+    /// Fulfils `requests` (distinct request ids). An error means nothing may be acked.
+    pub async fn fulfil(&self, requests: &[OrderRequest]) -> anyhow::Result<BatchReport> {
+        let mut report = BatchReport::default();
+        let request_ids: Vec<Uuid> = requests.iter().map(|r| r.request_id).collect();
+        let existing: HashMap<Uuid, i64> = {
+            let mut conn = self.pool.get().await?;
+            orders::existing(&mut conn, &request_ids)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let mut succeeded: Vec<(OrderRequest, i64)> = Vec::new();
+        let mut fresh = Vec::new();
+        for r in requests {
+            match existing.get(&r.request_id) {
+                Some(order_id) => succeeded.push((*r, *order_id)),
+                None => fresh.push(*r),
+            }
+        }
+        report.repeated = succeeded.len();
+
+        let claimed = self.results.claim(&fresh).await?;
+        let mut mine = Vec::with_capacity(fresh.len());
+        for (r, ok) in fresh.into_iter().zip(claimed) {
+            if ok {
+                mine.push(r);
+            } else {
+                report.stale += 1;
+                tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
+                    "reservation was given back before this message arrived: dropped");
+            }
+        }
+
+        let mut failed: Vec<(OrderRequest, bool)> = Vec::new();
+        let mut priced = Vec::with_capacity(mine.len());
+        for r in mine {
+            match self.price(r.goods_id).await? {
+                Some(price) => priced.push((r, price)),
+                None => failed.push((r, false)),
+            }
+        }
+
+        let deducted = self.deduct(&priced, &mut failed).await?;
+        let expires_at = Utc::now() + chrono::Duration::from_std(self.ttl)?;
+        let new: Vec<NewOrder> = deducted
+            .iter()
+            .map(|(r, price)| NewOrder {
+                request_id: r.request_id,
+                user_id: r.user_id.get(),
+                goods_id: r.goods_id.get(),
+                price_cents: *price,
+                expires_at,
+            })
+            .collect();
+        let inserted: HashMap<Uuid, i64> = {
+            let mut conn = self.pool.get().await?;
+            orders::insert_batch(&mut conn, &new)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let mut conflicted = Vec::new();
+        for (r, _) in &deducted {
+            match inserted.get(&r.request_id) {
+                Some(order_id) => {
+                    succeeded.push((*r, *order_id));
+                    report.ordered += 1;
+                }
+                None => conflicted.push(*r),
+            }
+        }
+        self.settle_conflicts(conflicted, &mut succeeded, &mut failed, &mut report)
+            .await?;
+
+        self.results.succeed(&succeeded).await?;
+        self.results.fail(&failed).await?;
+        report.failed = failed.len();
+        Ok(report)
+    }
+
+    /// Deducts the priced requests in one call. Returns the deducted ones; the others are
+    /// added to `failed`, with their unit given back to Redis only where the authority still
+    /// has it.
+    async fn deduct(
+        &self,
+        priced: &[(OrderRequest, i64)],
+        failed: &mut Vec<(OrderRequest, bool)>,
+    ) -> anyhow::Result<Vec<(OrderRequest, i64)>> {
+        if priced.is_empty() {
+            return Ok(Vec::new());
+        }
+        let items = priced
+            .iter()
+            .map(|(r, _)| DeductRequest {
+                order_key: r.request_id,
+                goods_id: r.goods_id,
+                quantity: 1,
+            })
+            .collect();
+        let outcomes: HashMap<Uuid, DeductOutcome> = self
+            .stock
+            .deduct_batch(items)
+            .await?
+            .into_iter()
+            .map(|o| (o.order_key, o.outcome))
+            .collect();
+        let mut deducted = Vec::with_capacity(priced.len());
+        for (r, price) in priced {
+            match outcomes.get(&r.request_id) {
+                Some(DeductOutcome::Deducted) => deducted.push((*r, *price)),
+                // Redis reserved a unit the authority does not have (Redis was ahead of it):
+                // the buyer fails, and Redis keeps the lower count.
+                Some(DeductOutcome::OutOfStock | DeductOutcome::UnknownGoods) | None => {
+                    tracing::warn!(request_id = %r.request_id, goods_id = %r.goods_id, "authority refused the deduction");
+                    failed.push((*r, false));
+                }
+                // Deducted by an earlier try and released since (a conflict below): the unit
+                // is back at the authority, so it goes back to Redis too.
+                Some(DeductOutcome::Released) => failed.push((*r, true)),
+            }
+        }
+        Ok(deducted)
+    }
+
+    /// Deducted requests whose insert was skipped: either another consumer wrote the order
+    /// meanwhile (answered as success), or the user already holds an active order of the sale
+    /// (the deduction is released and the request fails).
+    async fn settle_conflicts(
+        &self,
+        conflicted: Vec<OrderRequest>,
+        succeeded: &mut Vec<(OrderRequest, i64)>,
+        failed: &mut Vec<(OrderRequest, bool)>,
+        report: &mut BatchReport,
+    ) -> anyhow::Result<()> {
+        if conflicted.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = conflicted.iter().map(|r| r.request_id).collect();
+        let now_existing: HashMap<Uuid, i64> = {
+            let mut conn = self.pool.get().await?;
+            orders::existing(&mut conn, &ids)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        for r in conflicted {
+            if let Some(order_id) = now_existing.get(&r.request_id) {
+                succeeded.push((r, *order_id));
+                report.repeated += 1;
+                continue;
+            }
+            tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
+                "user already holds an active order of this sale: deduction released");
+            self.stock.release(r.request_id).await?;
+            failed.push((r, true));
+        }
+        Ok(())
+    }
+}

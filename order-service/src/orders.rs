@@ -1,0 +1,122 @@
+//! Order rows: batch insert for the consumer, lookups for the API.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use seckill_common::api::{Order, OrderStatus};
+use seckill_common::{GoodsId, OrderId, UserId};
+use uuid::Uuid;
+
+use crate::schema::orders;
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = orders, check_for_backend(diesel::pg::Pg))]
+pub struct OrderRow {
+    pub id: i64,
+    pub request_id: Uuid,
+    pub user_id: i64,
+    pub goods_id: i64,
+    pub price_cents: i64,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = orders)]
+pub struct NewOrder {
+    pub request_id: Uuid,
+    pub user_id: i64,
+    pub goods_id: i64,
+    pub price_cents: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+fn corrupt(what: String) -> diesel::result::Error {
+    diesel::result::Error::DeserializationError(what.into())
+}
+
+impl TryFrom<OrderRow> for Order {
+    type Error = diesel::result::Error;
+
+    fn try_from(row: OrderRow) -> Result<Self, Self::Error> {
+        Ok(Order {
+            id: OrderId::new(row.id).ok_or_else(|| corrupt(format!("order id {}", row.id)))?,
+            user_id: UserId::new(row.user_id)
+                .ok_or_else(|| corrupt(format!("user id {}", row.user_id)))?,
+            goods_id: GoodsId::new(row.goods_id)
+                .ok_or_else(|| corrupt(format!("goods id {}", row.goods_id)))?,
+            price_cents: row.price_cents,
+            status: OrderStatus::parse(&row.status)
+                .ok_or_else(|| corrupt(format!("status {}", row.status)))?,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+        })
+    }
+}
+
+/// Orders already written for these requests: request id -> order id.
+pub async fn existing(
+    conn: &mut AsyncPgConnection,
+    request_ids: &[Uuid],
+) -> QueryResult<Vec<(Uuid, i64)>> {
+    if request_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    orders::table
+        .filter(orders::request_id.eq_any(request_ids))
+        .select((orders::request_id, orders::id))
+        .load(conn)
+        .await
+}
+
+/// Inserts all in one statement; a row that conflicts (its request already has an order, or
+/// the user already holds an active order of that sale) is skipped. Returns what was inserted:
+/// request id -> order id.
+pub async fn insert_batch(
+    conn: &mut AsyncPgConnection,
+    new: &[NewOrder],
+) -> QueryResult<Vec<(Uuid, i64)>> {
+    if new.is_empty() {
+        return Ok(Vec::new());
+    }
+    diesel::insert_into(orders::table)
+        .values(new)
+        .on_conflict_do_nothing()
+        .returning((orders::request_id, orders::id))
+        .get_results(conn)
+        .await
+}
+
+/// At most this many orders are listed, newest first.
+pub const LIST_LIMIT: i64 = 100;
+
+pub async fn list_for_user(conn: &mut AsyncPgConnection, user: UserId) -> QueryResult<Vec<Order>> {
+    orders::table
+        .filter(orders::user_id.eq(user.get()))
+        .order(orders::id.desc())
+        .limit(LIST_LIMIT)
+        .select(OrderRow::as_select())
+        .load(conn)
+        .await?
+        .into_iter()
+        .map(Order::try_from)
+        .collect()
+}
+
+/// The order if it exists and belongs to `user`.
+pub async fn find_for_user(
+    conn: &mut AsyncPgConnection,
+    id: OrderId,
+    user: UserId,
+) -> QueryResult<Option<Order>> {
+    orders::table
+        .filter(orders::id.eq(id.get()))
+        .filter(orders::user_id.eq(user.get()))
+        .select(OrderRow::as_select())
+        .first(conn)
+        .await
+        .optional()?
+        .map(Order::try_from)
+        .transpose()
+}

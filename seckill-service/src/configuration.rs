@@ -1,0 +1,83 @@
+//! seckill-service settings.
+
+use std::time::Duration;
+
+use seckill_common::config::{
+    self, AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
+};
+use serde::Deserialize;
+
+pub const SERVICE: &str = "seckill-service";
+pub const STANDARD_PORT: u16 = 8081;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub log: LogSettings,
+    pub redis: RedisSettings,
+    pub amqp: AmqpSettings,
+    pub upstreams: UpstreamSettings,
+    pub seckill: SeckillSettings,
+}
+
+/// `seckill.*`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SeckillSettings {
+    /// Ask buyers for a path token first (the "hidden seckill address").
+    pub require_token: bool,
+    pub token_ttl_secs: u64,
+    /// How long the in-process sold-out flag answers alone before Redis is asked again, so a
+    /// unit given back is sold again even without a broadcast.
+    pub sold_out_recheck_ms: u64,
+    /// How often the reconciler looks for reservations without a confirmed message.
+    pub reconcile_interval_secs: u64,
+    /// How old such a reservation must be before it is given back; well above the confirm
+    /// timeout, so a publish still waiting for its confirm is never touched.
+    pub reconcile_after_secs: u64,
+}
+
+impl Default for SeckillSettings {
+    fn default() -> Self {
+        Self {
+            require_token: true,
+            token_ttl_secs: 60,
+            sold_out_recheck_ms: 1_000,
+            reconcile_interval_secs: 5,
+            reconcile_after_secs: 30,
+        }
+    }
+}
+
+impl SeckillSettings {
+    pub fn sold_out_recheck(&self) -> Duration {
+        Duration::from_millis(self.sold_out_recheck_ms)
+    }
+}
+
+impl Settings {
+    pub fn load() -> Result<Self, ConfigError> {
+        let settings: Self = config::load(SERVICE)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.seckill.token_ttl_secs == 0 {
+            return Err(ConfigError::invalid(
+                "seckill.token_ttl_secs",
+                "SECKILL__SECKILL__TOKEN_TTL_SECS",
+                "must be at least 1",
+            ));
+        }
+        if self.seckill.reconcile_after_secs * 1000 <= self.amqp.confirm_timeout_ms {
+            return Err(ConfigError::invalid(
+                "seckill.reconcile_after_secs",
+                "SECKILL__SECKILL__RECONCILE_AFTER_SECS",
+                "must exceed amqp.confirm_timeout_ms, or the reconciler could undo a publish still awaiting its confirm",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! The Redis side of a sale: stock loading, the reserve/undo scripts, path tokens, results.
+//! Every call is bounded by `redis.timeout_ms`; a Redis that does not answer is a 503.
+
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, AsyncCommands};
+use deadpool_redis::{Connection, Pool};
+use seckill_common::keys::RedisKeys;
+use seckill_common::scripts::{self, StoredResult};
+use seckill_common::{GoodsId, UserId};
+use seckill_infra::redis::Scripts;
+use seckill_web::ApiError;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("redis pool: {0}")]
+    Pool(#[from] deadpool_redis::PoolError),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl From<GateError> for ApiError {
+    fn from(e: GateError) -> Self {
+        ApiError::unavailable("redis", e)
+    }
+}
+
+/// What the reserve script decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserve {
+    /// A unit is held for this request; `left` units remain.
+    Reserved {
+        left: i64,
+    },
+    Repeated,
+    SoldOut,
+    BadToken,
+    /// The sale's stock is not in Redis (never loaded, or Redis lost it).
+    NotLoaded,
+}
+
+pub struct Gate {
+    pool: Pool,
+    scripts: Scripts,
+    keys: RedisKeys,
+    timeout: Duration,
+}
+
+impl Gate {
+    pub fn new(pool: Pool, keys: RedisKeys, timeout: Duration) -> Self {
+        Self {
+            pool,
+            scripts: Scripts::new(),
+            keys,
+            timeout,
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn keys(&self) -> &RedisKeys {
+        &self.keys
+    }
+
+    /// Loads the scripts into Redis (EVALSHA then finds them on the first call).
+    pub async fn load_scripts(&self) -> anyhow::Result<()> {
+        self.scripts.load(&self.pool).await
+    }
+
+    async fn conn(&self) -> Result<Connection, GateError> {
+        Ok(self.pool.get().await?)
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, GateError>>,
+    ) -> Result<T, GateError> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| GateError::Timeout(self.timeout))?
+    }
+
+    /// Puts a sale's stock into Redis unless it is there already: a sale under way keeps its
+    /// count across restarts of this service. Returns true if this call loaded it.
+    pub async fn load_stock(&self, g: GoodsId, available: i64) -> Result<bool, GateError> {
+        self.bounded(async {
+            let mut conn = self.conn().await?;
+            let set: bool = redis::cmd("SET")
+                .arg(self.keys.stock(g))
+                .arg(available)
+                .arg("NX")
+                .query_async::<Option<String>>(&mut conn)
+                .await?
+                .is_some();
+            Ok(set)
+        })
+        .await
+    }
+
+    pub async fn reserve(
+        &self,
+        g: GoodsId,
+        u: UserId,
+        request_id: Uuid,
+        now_ms: i64,
+        token: Option<&str>,
+    ) -> Result<Reserve, GateError> {
+        let code: i64 = self
+            .bounded(async {
+                let mut conn = self.conn().await?;
+                Ok(self
+                    .scripts
+                    .reserve
+                    .key(self.keys.stock(g))
+                    .key(self.keys.users(g))
+                    .key(self.keys.pending(g))
+                    .key(self.keys.result(g, u))
+                    .key(self.keys.token(g, u))
+                    .arg(u.get())
+                    .arg(request_id.to_string())
+                    .arg(now_ms)
+                    .arg(token.unwrap_or(""))
+                    .invoke_async(&mut conn)
+                    .await?)
+            })
+            .await?;
+        Ok(match code {
+            left if left >= 0 => Reserve::Reserved { left },
+            scripts::RESERVE_REPEATED => Reserve::Repeated,
+            scripts::RESERVE_BAD_TOKEN => Reserve::BadToken,
+            scripts::RESERVE_SOLD_OUT => Reserve::SoldOut,
+            _ => Reserve::NotLoaded,
+        })
+    }
+
+    /// Gives back a reservation nobody has claimed; `leave` is the result the user then sees
+    /// (None: no result, as if they never asked). False when the order consumer claimed it.
+    pub async fn undo(
+        &self,
+        g: GoodsId,
+        u: UserId,
+        request_id: Uuid,
+        leave: Option<StoredResult>,
+    ) -> Result<bool, GateError> {
+        let undone: i64 = self
+            .bounded(async {
+                let mut conn = self.conn().await?;
+                Ok(self
+                    .scripts
+                    .undo
+                    .key(self.keys.stock(g))
+                    .key(self.keys.users(g))
+                    .key(self.keys.pending(g))
+                    .key(self.keys.result(g, u))
+                    .arg(u.get())
+                    .arg(request_id.to_string())
+                    .arg(leave.map(StoredResult::encode).unwrap_or_default())
+                    .invoke_async(&mut conn)
+                    .await?)
+            })
+            .await?;
+        Ok(undone == 1)
+    }
+
+    /// The broker confirmed the request's message: the reconciler need not look at it.
+    pub async fn confirmed(
+        &self,
+        g: GoodsId,
+        u: UserId,
+        request_id: Uuid,
+    ) -> Result<(), GateError> {
+        self.bounded(async {
+            let mut conn = self.conn().await?;
+            let _: i64 = conn
+                .zrem(self.keys.pending(g), format!("{u}:{request_id}"))
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reservations older than `before_ms` that the broker never confirmed.
+    pub async fn unconfirmed(
+        &self,
+        g: GoodsId,
+        before_ms: i64,
+    ) -> Result<Vec<(UserId, Uuid)>, GateError> {
+        let members: Vec<String> = self
+            .bounded(async {
+                let mut conn = self.conn().await?;
+                Ok(conn
+                    .zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500)
+                    .await?)
+            })
+            .await?;
+        Ok(members
+            .iter()
+            .filter_map(|m| {
+                let (u, r) = m.split_once(':')?;
+                Some((u.parse().ok()?, r.parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// The user's path token: the live one, or a new one valid for `ttl_secs`.
+    pub async fn path_token(
+        &self,
+        g: GoodsId,
+        u: UserId,
+        ttl_secs: u64,
+    ) -> Result<String, GateError> {
+        let fresh = Uuid::new_v4().simple().to_string();
+        self.bounded(async {
+            let mut conn = self.conn().await?;
+            Ok(self
+                .scripts
+                .path_token
+                .key(self.keys.token(g, u))
+                .arg(fresh)
+                .arg(ttl_secs)
+                .invoke_async(&mut conn)
+                .await?)
+        })
+        .await
+    }
+
+    pub async fn result(&self, g: GoodsId, u: UserId) -> Result<Option<StoredResult>, GateError> {
+        let raw: Option<String> = self
+            .bounded(async {
+                let mut conn = self.conn().await?;
+                Ok(conn.get(self.keys.result(g, u)).await?)
+            })
+            .await?;
+        Ok(raw.as_deref().and_then(StoredResult::parse))
+    }
+
+    /// Units left in Redis, if the sale is loaded.
+    pub async fn stock(&self, g: GoodsId) -> Result<Option<i64>, GateError> {
+        self.bounded(async {
+            let mut conn = self.conn().await?;
+            Ok(conn.get(self.keys.stock(g)).await?)
+        })
+        .await
+    }
+}

@@ -1,0 +1,224 @@
+//! The buyer's three calls: the path token, the order (the hot path), the result poll.
+
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use seckill_common::amqp::OrderRequest;
+use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::scripts::StoredResult;
+use seckill_common::{ErrorCode, GoodsId, OrderId, headers};
+use seckill_web::request_id::RequestId;
+use seckill_web::{ApiError, AuthUser};
+use uuid::Uuid;
+
+use crate::gate::Reserve;
+use crate::sales::{Sale, now_ms};
+use crate::state::AppState;
+
+/// Longest path token accepted; ours are 32 hex characters.
+const MAX_TOKEN_LEN: usize = 64;
+
+fn check_window(sale: &Sale) -> Result<(), ApiError> {
+    match sale.window_now() {
+        SaleWindow::Open => Ok(()),
+        SaleWindow::NotStarted => Err(ApiError::new(
+            ErrorCode::NotStarted,
+            format!("the sale starts at {}", sale.goods.start_at.to_rfc3339()),
+        )),
+        SaleWindow::Ended => Err(ApiError::new(ErrorCode::Ended, "the sale has ended")),
+    }
+}
+
+fn sold_out() -> ApiError {
+    ApiError::new(ErrorCode::SoldOut, "sold out")
+}
+
+/// `POST /api/seckill/{goods_id}/token`: the same unused token while it lives.
+#[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
+pub async fn path_token(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    check_window(&sale)?;
+    if sale.flagged_sold_out(now_ms()) {
+        return Err(sold_out());
+    }
+    let token = state
+        .gate
+        .path_token(sale.id(), user.id, state.settings.token_ttl_secs)
+        .await?;
+    Ok(HttpResponse::Ok().json(TokenResponse { token }))
+}
+
+/// `POST /api/seckill/{goods_id}/orders`: sold-out flag, one reserve script, one confirmed
+/// publish, 202. Nothing here touches the database.
+#[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
+pub async fn order(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    check_window(&sale)?;
+    let now = now_ms();
+    if sale.flagged_sold_out(now) {
+        return Err(sold_out());
+    }
+    let token = if state.settings.require_token {
+        let presented = req
+            .headers()
+            .get(headers::SECKILL_TOKEN)
+            .and_then(|v| v.to_str().ok())
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_LEN)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::BadToken,
+                    "a valid x-seckill-token header is required",
+                )
+            })?;
+        Some(presented.to_owned())
+    } else {
+        None
+    };
+
+    let (g, u) = (sale.id(), user.id);
+    let request_id = Uuid::new_v4();
+    let mut outcome = state
+        .gate
+        .reserve(g, u, request_id, now, token.as_deref())
+        .await?;
+    if outcome == Reserve::NotLoaded {
+        state.sales.reload(g).await?;
+        outcome = state
+            .gate
+            .reserve(g, u, request_id, now, token.as_deref())
+            .await?;
+    }
+    match outcome {
+        Reserve::Reserved { left } => {
+            if left == 0 {
+                sale.flag_sold_out(now, state.settings.sold_out_recheck());
+            }
+        }
+        Reserve::SoldOut => {
+            sale.flag_sold_out(now, state.settings.sold_out_recheck());
+            return Err(sold_out());
+        }
+        Reserve::Repeated => {
+            return Err(ApiError::new(
+                ErrorCode::Repeated,
+                "you already hold a unit of this sale",
+            ));
+        }
+        Reserve::BadToken => {
+            return Err(ApiError::new(
+                ErrorCode::BadToken,
+                "the path token is wrong, used or expired",
+            ));
+        }
+        Reserve::NotLoaded => {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                "the sale is being loaded, try again",
+            ));
+        }
+    }
+
+    let trace_id = req
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    enqueue(&state, OrderRequest::new(request_id, u, g, now), &trace_id).await?;
+    metrics::counter!("seckill_orders_accepted_total").increment(1);
+    Ok(HttpResponse::Accepted().json(OrderAccepted {
+        status: SeckillStatus::Queued,
+        request_id,
+    }))
+}
+
+/// Publishes the accepted request and waits for the broker's confirm. If the confirm does not
+/// come, the reservation is given back, unless the order consumer already claimed it (the
+/// broker did store the message): then the request stands and the answer is still 202.
+async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<(), ApiError> {
+    let body = serde_json::to_vec(&msg).map_err(ApiError::internal)?;
+    let mut message_headers = FieldTable::default();
+    message_headers.insert(
+        headers::REQUEST_ID.into(),
+        AMQPValue::LongString(LongString::from(trace_id)),
+    );
+    let properties = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_message_id(msg.request_id.to_string().into())
+        .with_headers(message_headers);
+    let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
+    match state
+        .publisher
+        .publish(&state.names.orders_queue(), &body, properties)
+        .await
+    {
+        Ok(()) => {
+            if let Err(e) = state.gate.confirmed(g, u, rid).await {
+                // Harmless: the consumer's claim clears the same entry.
+                tracing::warn!(error = %e, "could not clear the pending entry");
+            }
+            Ok(())
+        }
+        Err(publish_error) => {
+            metrics::counter!("seckill_enqueue_failures_total").increment(1);
+            match state.gate.undo(g, u, rid, None).await {
+                Ok(true) => {
+                    tracing::error!(error = %publish_error, request_id = %rid, "enqueue failed: reservation given back");
+                    Err(busy())
+                }
+                Ok(false) => {
+                    tracing::warn!(error = %publish_error, request_id = %rid, "confirm missing but the consumer has the request");
+                    Ok(())
+                }
+                Err(undo_error) => {
+                    tracing::error!(
+                        error = %publish_error, undo_error = %undo_error, request_id = %rid,
+                        "enqueue failed and the undo too: the reconciler will give the reservation back"
+                    );
+                    Err(busy())
+                }
+            }
+        }
+    }
+}
+
+fn busy() -> ApiError {
+    ApiError::new(ErrorCode::Busy, "the order queue is unavailable, try again")
+}
+
+/// `GET /api/seckill/{goods_id}/result`.
+pub async fn result(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    let stored = state.gate.result(sale.id(), user.id).await?;
+    let body = match stored {
+        None => SeckillResult {
+            status: SeckillStatus::None,
+            order_id: None,
+        },
+        Some(StoredResult::Queued) => SeckillResult {
+            status: SeckillStatus::Queued,
+            order_id: None,
+        },
+        Some(StoredResult::Failed) => SeckillResult {
+            status: SeckillStatus::Failed,
+            order_id: None,
+        },
+        Some(StoredResult::Success(id)) => SeckillResult {
+            status: SeckillStatus::Success,
+            order_id: OrderId::new(id),
+        },
+    };
+    Ok(HttpResponse::Ok().json(body))
+}

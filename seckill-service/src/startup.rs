@@ -1,0 +1,67 @@
+//! Builds seckill-service from its settings.
+
+use std::sync::Arc;
+
+use actix_web::web;
+use anyhow::Context;
+use seckill_common::keys::RedisKeys;
+use seckill_infra::amqp::Publisher;
+use seckill_infra::stock_client::StockClient;
+use seckill_web::{Application, Lifecycle};
+
+use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
+use crate::gate::Gate;
+use crate::sales::SaleBook;
+use crate::state::AppState;
+use crate::{reconcile, routes};
+
+pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+    settings.validate()?;
+    let redis = seckill_infra::redis::pool(&settings.redis)?;
+    let gate = Arc::new(Gate::new(
+        redis,
+        RedisKeys::new(settings.redis.key_prefix.clone()),
+        settings.redis.timeout(),
+    ));
+    gate.load_scripts()
+        .await
+        .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
+    let stock = Arc::new(StockClient::new(&settings.upstreams)?);
+    let publisher = Publisher::connect(&settings.amqp, SERVICE)
+        .await
+        .context("cannot connect to RabbitMQ")?;
+    let names = publisher.names().clone();
+    let state = web::Data::new(AppState {
+        settings: settings.seckill.clone(),
+        sales: SaleBook::new(stock.clone(), gate.clone()),
+        gate,
+        publisher,
+        stock,
+        names,
+    });
+
+    let lifecycle = Lifecycle::new();
+    // Warm-up in the background: a stock-service still starting must not stop this one; a
+    // sale not warmed yet loads on its first request.
+    let warming = state.clone();
+    lifecycle.spawn(async move {
+        match warming.sales.warm_all().await {
+            Ok(n) => tracing::info!(sales = n, "sales warmed up"),
+            Err(e) => tracing::warn!(error = %e, "warm-up failed; sales load on first request"),
+        }
+    });
+    lifecycle.spawn(reconcile::run(state.clone(), lifecycle.cancel.clone()));
+    let closing = state.clone();
+    let cancel = lifecycle.cancel.clone();
+    lifecycle.spawn(async move {
+        // After the last request has been answered: close the broker connection cleanly.
+        cancel.cancelled().await;
+        closing.publisher.close().await;
+    });
+
+    let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, move |cfg| {
+        cfg.app_data(state.clone()).configure(routes::configure);
+    })?;
+    tracing::info!(port, "seckill-service listening");
+    Ok(Application::new(port, server, lifecycle))
+}
