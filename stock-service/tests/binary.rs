@@ -1,0 +1,76 @@
+//! The real binary, configured by environment variables alone (no config file), as a container
+//! runs it: it starts, answers, and stops gracefully on SIGTERM; a bad value stops it at once
+//! with the key named.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use seckill_testkit::TestDb;
+
+fn binary() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stock-service"));
+    // An empty folder: no config/stock-service.toml to find.
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("SECKILL_CONFIG")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+#[tokio::test]
+async fn starts_from_environment_variables_alone_and_stops_on_sigterm() {
+    let db = TestDb::new("stockbin");
+    let mut child = binary()
+        .env("SECKILL__HTTP__HOST", "127.0.0.1")
+        .env("SECKILL__HTTP__PORT", "0")
+        .env("SECKILL__HTTP__WORKERS", "1")
+        .env("SECKILL__LOG__FORMAT", "json")
+        .env("SECKILL__DATABASE__URL", db.url())
+        .env("SECKILL__DATABASE__POOL_SIZE", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+
+    // The JSON log line announcing the port.
+    let stdout = child.stdout.take().unwrap();
+    let port = tokio::task::spawn_blocking(move || {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).expect("log lines are JSON");
+            if v["message"] == "stock-service listening" {
+                return v["port"].as_u64().unwrap();
+            }
+        }
+        panic!("the binary ended without listening");
+    })
+    .await
+    .unwrap();
+
+    let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[test]
+fn a_bad_value_stops_it_with_the_key_named() {
+    let out = binary()
+        .env("SECKILL__HTTP__PORT", "not-a-port")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("port"), "names the key: {stderr}");
+}
