@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/test.sh: run the whole test suite against real servers.
+#
+#   1. ensure_servers (scripts/lib.sh): PostgreSQL, Redis, RabbitMQ answer;
+#   2. exports SECKILL_TEST_DATABASE_URL (a server URL without a database name; each test makes
+#      its own databases), SECKILL_TEST_REDIS_URL and SECKILL_TEST_AMQP_URL;
+#   3. cargo nextest run --workspace --no-fail-fast (with --profile ci when CI is set) when
+#      cargo-nextest is installed, else cargo test --workspace --no-fail-fast.
+#      SECKILL_TEST_RUNNER=cargo-test forces cargo test.
+# Extra arguments go to the test runner unchanged, e.g.
+#   scripts/test.sh -p stock-service            (either runner)
+#   scripts/test.sh -E 'test(oversell)'         (nextest filter)
+# Exits with the test runner's status.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+cd "$SECKILL_ROOT"
+
+# Deployment checks run after the tests pass.
+# Placeholder: the rendering checks of the Kubernetes manifests (kubectl kustomize of each
+# overlay under deploy/) will be added here by a later task. Return non-zero on failure.
+deployment_checks() {
+    return 0
+}
+
+run_tests() {
+    local -a profile=()
+    if [[ ${SECKILL_TEST_RUNNER:-} != cargo-test ]] && cargo nextest --version >/dev/null 2>&1; then
+        if [[ -n ${CI:-} && ${CI:-} != false && ${CI:-} != 0 ]]; then
+            profile=(--profile ci)
+        fi
+        seckill_say "cargo nextest run --workspace --no-fail-fast ${profile[*]} $*"
+        cargo nextest run --workspace --no-fail-fast "${profile[@]}" "$@"
+    else
+        seckill_say "cargo test --workspace --no-fail-fast $* (cargo-nextest not used)"
+        cargo test --workspace --no-fail-fast "$@"
+    fi
+}
+
+ensure_servers || exit 1
+require_cargo || exit 1
+
+export SECKILL_TEST_DATABASE_URL=$SECKILL_PG_URL
+export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
+export SECKILL_TEST_AMQP_URL=$SECKILL_AMQP_URL
+
+status=0
+run_tests "$@" || status=$?
+if ((status == 0)); then
+    deployment_checks || status=$?
+fi
+exit "$status"

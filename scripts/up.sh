@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# scripts/up.sh: run the whole system locally, from a fresh clone, with no step before it.
+#
+#   1. ensure_servers (scripts/lib.sh): PostgreSQL, Redis, RabbitMQ answer (started or
+#      installed when needed);
+#   2. cargo build --release --bins;
+#   3. starts stock-service, seckill-service, order-service, gateway (in that order) in the
+#      background from the repo root, each waiting for the previous one's /readyz; each reads
+#      config/<name>.toml, logs to run/<name>.log, and its pid goes to run/<name>.pid;
+#   4. creates a demo sale through the gateway and prints curl lines for one purchase.
+#
+# Environment: SECKILL_PG_URL, SECKILL_REDIS_URL, SECKILL_AMQP_URL (see lib.sh) choose the
+# servers; other SECKILL__SECTION__KEY variables reach the services that have that section.
+# SECKILL_READY_TIMEOUT (default 60) bounds each service's start. scripts/down.sh stops it all.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+cd "$SECKILL_ROOT"
+
+SERVICES=(stock-service seckill-service order-service gateway)
+# Standard ports (the config files may set others; the file wins).
+declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=8082 [stock-service]=8083)
+# The config sections each binary accepts. Every settings struct denies unknown fields, so a
+# SECKILL__<SECTION>__* variable may only reach a service that has that section.
+declare -A SECTIONS=(
+    [gateway]="http log auth upstreams"
+    [seckill-service]="http log redis amqp upstreams seckill"
+    [order-service]="http log database redis amqp upstreams order"
+    [stock-service]="http log database"
+)
+READY_TIMEOUT=${SECKILL_READY_TIMEOUT:-60}
+
+die() {
+    seckill_say "$*"
+    exit 1
+}
+
+# http.port from config/<name>.toml, else the standard port.
+config_port() {
+    local port
+    port=$(awk '
+        /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
+        section == "[http]" && /^[[:space:]]*port[[:space:]]*=/ {
+            sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9].*$/, ""); print; exit
+        }' "config/$1.toml" 2>/dev/null || true)
+    printf '%s\n' "${port:-${STANDARD_PORT[$1]}}"
+}
+
+# Prints field $1 of the JSON object on stdin.
+json_field() {
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import json,sys; v=json.load(sys.stdin)[sys.argv[1]]; print("" if v is None else v)' "$1"
+    else
+        sed -nE 's/.*"'"$1"'"[[:space:]]*:[[:space:]]*"?([^",}]*)"?.*/\1/p' | head -n 1
+    fi
+}
+
+# api METHOD PATH [TOKEN] [BODY]: sets API_STATUS and API_BODY.
+api() {
+    local method=$1 path=$2 token=${3:-} body=${4:-} out
+    local -a args=(-sS -m 15 -X "$method" -H 'content-type: application/json' -w '\n%{http_code}')
+    [[ -n $token ]] && args+=(-H "authorization: Bearer $token")
+    [[ -n $body ]] && args+=(--data "$body")
+    out=$(curl "${args[@]}" "$GATEWAY$path") || die "$method $path failed: gateway at $GATEWAY not reachable"
+    API_STATUS=${out##*$'\n'}
+    API_BODY=${out%$'\n'*}
+}
+
+start_service() {
+    local name=$1 port=$2 bin var section pid
+    shift 2 # the rest: VAR=value settings for this service
+    local -a env_args=()
+    bin=$BIN_DIR/$name
+    # One config file per binary: SECKILL_CONFIG would make all four read the same file, and a
+    # SECKILL__HTTP__PORT would give all four the same port.
+    env_args+=(-u SECKILL_CONFIG -u SECKILL__HTTP__PORT)
+    while IFS= read -r var; do
+        [[ $var == SECKILL__*__* ]] || continue
+        section=${var#SECKILL__}
+        section=${section%%__*}
+        section=${section,,}
+        # Drop a section this binary lacks when another binary has it (SECKILL__REDIS__URL is
+        # for seckill-service and order-service); a section none has stays, so that a typo
+        # fails at start with the key named.
+        if [[ " ${SECTIONS[$name]} " != *" $section "* && " ${SECTIONS[*]} " == *" $section "* ]]; then
+            env_args+=(-u "$var")
+        fi
+    done < <(compgen -e)
+
+    if [[ -e run/$name.log ]]; then mv -f "run/$name.log" "run/$name.log.1"; fi
+    seckill_say "starting $name on port $port (log: run/$name.log)"
+    nohup env "${env_args[@]}" "$@" "$bin" </dev/null >"run/$name.log" 2>&1 &
+    pid=$!
+    printf '%s\n' "$pid" >"run/$name.pid"
+    wait_ready "$name" "$port" "$pid"
+}
+
+fail_start() {
+    local name=$1
+    seckill_say "$2; last 20 lines of run/$name.log:"
+    tail -n 20 "run/$name.log" >&2 || true
+    die "up.sh stopped; scripts/down.sh stops the services already started."
+}
+
+wait_ready() {
+    local name=$1 port=$2 pid=$3 deadline
+    deadline=$((SECONDS + READY_TIMEOUT))
+    while :; do
+        if ! seckill_pid_alive "$pid"; then
+            fail_start "$name" "$name exited during start-up"
+        fi
+        if curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null; then
+            seckill_say "$name is ready (pid $pid)"
+            return 0
+        fi
+        if ((SECONDS >= deadline)); then
+            fail_start "$name" "$name is not ready after ${READY_TIMEOUT}s (http://127.0.0.1:$port/readyz)"
+        fi
+        sleep 1
+    done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Checks that cost nothing come first.
+
+command -v curl >/dev/null 2>&1 || die "curl not found: install it (apt-get install -y curl)."
+command -v python3 >/dev/null 2>&1 || seckill_say "note: python3 not found; using sed to read JSON, and the printed curl lines need python3"
+mkdir -p run
+
+declare -A PORT
+for name in "${SERVICES[@]}"; do
+    PORT[$name]=$(config_port "$name")
+    if [[ -f run/$name.pid ]] && seckill_pid_alive "$(cat "run/$name.pid")" "$name"; then
+        die "$name is already running (pid $(cat "run/$name.pid")); stop it first with scripts/down.sh."
+    fi
+    if _seckill_tcp_open 127.0.0.1 "${PORT[$name]}"; then
+        die "port ${PORT[$name]} ($name) is already in use by a process up.sh did not start; stop it, or scripts/down.sh if it is ours."
+    fi
+done
+GATEWAY=http://127.0.0.1:${PORT[gateway]}
+if [[ -n ${SECKILL_CONFIG:-} ]]; then
+    seckill_say "note: SECKILL_CONFIG is ignored here; each service reads config/<name>.toml"
+fi
+if [[ -n ${SECKILL__HTTP__PORT:-} ]]; then
+    seckill_say "note: SECKILL__HTTP__PORT is ignored here; the ports come from config/<name>.toml"
+fi
+if [[ -n ${SECKILL__DATABASE__URL:-} ]]; then
+    seckill_say "note: SECKILL__DATABASE__URL is ignored here; set SECKILL_PG_URL (a server URL without a database name)"
+fi
+
+ensure_servers || exit 1
+require_cargo || exit 1
+
+seckill_say "cargo build --release --bins"
+cargo build --release --bins
+BIN_DIR=${CARGO_TARGET_DIR:-target}/release
+[[ $BIN_DIR == /* ]] || BIN_DIR=$SECKILL_ROOT/$BIN_DIR
+for name in "${SERVICES[@]}"; do
+    [[ -x $BIN_DIR/$name ]] || die "$BIN_DIR/$name was not built (is $name a binary of the workspace?)"
+done
+
+start_service stock-service "${PORT[stock-service]}" \
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_stock"
+start_service seckill-service "${PORT[seckill-service]}" \
+    "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
+start_service order-service "${PORT[order-service]}" \
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_order" \
+    "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
+start_service gateway "${PORT[gateway]}"
+
+# ---------------------------------------------------------------------------------------------
+# A demo sale: 100 units, on sale from now for two hours.
+
+api POST /api/auth/dev-token "" '{"user_id": 1, "role": "admin"}'
+[[ $API_STATUS == 200 ]] ||
+    die "could not get an admin dev token (HTTP $API_STATUS: $API_BODY); is auth.dev_tokens = true in config/gateway.toml?"
+ADMIN_TOKEN=$(printf '%s' "$API_BODY" | json_field token) || die "no token in the dev-token answer: $API_BODY"
+
+START_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+END_AT=$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%SZ)
+api POST /api/admin/goods "$ADMIN_TOKEN" \
+    "{\"name\": \"Demo phone\", \"price_cents\": 99900, \"seckill_price_cents\": 19900, \"stock_total\": 100, \"start_at\": \"$START_AT\", \"end_at\": \"$END_AT\"}"
+[[ $API_STATUS == 201 ]] || die "could not create the demo sale (HTTP $API_STATUS: $API_BODY)"
+GOODS_ID=$(printf '%s' "$API_BODY" | json_field id) || die "no id in the demo sale answer: $API_BODY"
+[[ -n $GOODS_ID ]] || die "the demo sale answer has no id: $API_BODY"
+
+PY_TOKEN="python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])'"
+PY_ORDER="python3 -c 'import json,sys; print(json.load(sys.stdin)[\"order_id\"])'"
+cat <<EOF
+
+Seckill is up: gateway $GATEWAY; logs and pids in run/; stop everything with scripts/down.sh.
+Demo sale: goods id $GOODS_ID, 100 units, on sale from $START_AT until $END_AT.
+
+One purchase (paste into bash; user 42 may buy once, another user_id buys again):
+
+GW=$GATEWAY
+TOKEN=\$(curl -s -X POST \$GW/api/auth/dev-token -H 'content-type: application/json' -d '{"user_id": 42, "role": "user"}' | $PY_TOKEN)
+SALE_TOKEN=\$(curl -s -X POST \$GW/api/seckill/$GOODS_ID/token -H "authorization: Bearer \$TOKEN" | $PY_TOKEN)
+curl -s -X POST \$GW/api/seckill/$GOODS_ID/orders -H "authorization: Bearer \$TOKEN" -H "x-seckill-token: \$SALE_TOKEN"; echo
+curl -s \$GW/api/seckill/$GOODS_ID/result -H "authorization: Bearer \$TOKEN"; echo
+ORDER_ID=\$(curl -s \$GW/api/seckill/$GOODS_ID/result -H "authorization: Bearer \$TOKEN" | $PY_ORDER)
+curl -s \$GW/api/orders/\$ORDER_ID -H "authorization: Bearer \$TOKEN"; echo
+EOF
