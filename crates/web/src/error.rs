@@ -67,7 +67,8 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         if let Some(cause) = &self.cause {
-            tracing::error!(code = %self.code, error.cause_chain = ?cause, "request failed");
+            // `{:#}` prints the whole cause chain on one line; Debug would add a backtrace.
+            tracing::error!(code = %self.code, error.cause_chain = %format_args!("{cause:#}"), "request failed");
         }
         HttpResponse::build(self.status_code()).json(self.body())
     }

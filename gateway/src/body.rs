@@ -1,0 +1,69 @@
+//! Reading a request body to forward, within `http.body_limit_bytes`.
+//!
+//! Done by hand rather than with actix's `Bytes` extractor so that an oversized body is answered
+//! with the JSON `PAYLOAD_TOO_LARGE` error instead of actix's plain-text one, and rather than
+//! with `Payload::to_bytes_limited`, which reserves 32 KiB for every request, empty GETs too.
+
+use actix_web::HttpRequest;
+use actix_web::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use actix_web::web::{Bytes, BytesMut, Payload};
+use futures_util::StreamExt;
+use seckill_common::ErrorCode;
+use seckill_web::ApiError;
+
+/// The whole body, or 413 once it grows past `limit` bytes.
+pub async fn read_limited(
+    req: &HttpRequest,
+    mut payload: Payload,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let headers = req.headers();
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    // HTTP/1.1 has a body only with a length or a transfer coding. Anything else reads as
+    // empty without touching the payload: for a websocket upgrade actix makes the payload the
+    // rest of the connection, and waiting for its end would hold the request forever.
+    if !headers.contains_key(TRANSFER_ENCODING) && declared.unwrap_or(0) == 0 {
+        return Ok(Bytes::new());
+    }
+    // A declared length over the limit is refused before reading a byte of it.
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large(limit));
+    }
+
+    // Most bodies arrive as one chunk: keep it as is and copy only when a second one comes.
+    let mut first: Option<Bytes> = None;
+    let mut rest: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
+        total += chunk.len();
+        if total > limit {
+            return Err(too_large(limit));
+        }
+        match (&mut rest, &first) {
+            (Some(buf), _) => buf.extend_from_slice(&chunk),
+            (None, None) => first = Some(chunk),
+            (None, Some(head)) => {
+                let mut buf = BytesMut::with_capacity(declared.unwrap_or(total).max(total));
+                buf.extend_from_slice(head);
+                buf.extend_from_slice(&chunk);
+                rest = Some(buf);
+            }
+        }
+    }
+    Ok(match rest {
+        Some(buf) => buf.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("request body is larger than {limit} bytes"),
+    )
+}

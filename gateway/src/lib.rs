@@ -1,0 +1,12 @@
+//! The gateway: the only public entry of the seckill system. It checks bearer tokens, applies
+//! the per-user rate limit, sets the identity and request-id headers the services trust, and
+//! forwards each public route to the service that owns it.
+
+pub mod auth;
+pub mod body;
+pub mod configuration;
+pub mod headers;
+pub mod proxy;
+pub mod rate_limit;
+pub mod routes;
+pub mod startup;

@@ -1,0 +1,19 @@
+//! The gateway binary: configuration, telemetry, build, serve until SIGTERM or Ctrl-C.
+
+use gateway::configuration::Settings;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let settings = match Settings::load() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            std::process::exit(1);
+        }
+    };
+    seckill_common::telemetry::init(&settings.log);
+    let app = gateway::startup::build(settings).await?;
+    app.run_until_stopped(seckill_web::shutdown_signal())
+        .await?;
+    Ok(())
+}

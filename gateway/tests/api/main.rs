@@ -1,0 +1,9 @@
+//! The gateway over real HTTP on loopback, in front of small echo upstreams started by the
+//! tests. One binary (modules per feature) so it builds once.
+
+mod auth;
+mod forwarding;
+mod helpers;
+mod identity;
+mod limits;
+mod routes;
