@@ -47,9 +47,7 @@ pub struct Authenticator {
 impl fmt::Debug for Authenticator {
     // The keys hold the secret: never print them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Authenticator")
-            .field("dev_token_ttl", &self.dev_token_ttl)
-            .finish_non_exhaustive()
+        f.debug_struct("Authenticator").field("dev_token_ttl", &self.dev_token_ttl).finish_non_exhaustive()
     }
 }
 
@@ -82,10 +80,7 @@ impl Authenticator {
             Some(serde_json::Value::String(role)) if role == Role::Admin.as_str() => Role::Admin,
             _ => Role::User,
         };
-        Ok(AuthUser {
-            id: data.claims.sub,
-            role,
-        })
+        Ok(AuthUser { id: data.claims.sub, role })
     }
 
     /// A token for `user` valid for the configured dev-token lifetime.
@@ -105,9 +100,7 @@ impl Authenticator {
 
 /// `Bearer <token>`; the scheme is case-insensitive (RFC 9110).
 fn bearer_token(value: &[u8]) -> Result<&str, AuthError> {
-    let value = std::str::from_utf8(value)
-        .map_err(|_| AuthError::NotBearer)?
-        .trim();
+    let value = std::str::from_utf8(value).map_err(|_| AuthError::NotBearer)?.trim();
     let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
     let token = token.trim();
     if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
@@ -121,15 +114,13 @@ fn refusal(kind: &ErrorKind) -> AuthError {
     match kind {
         ErrorKind::ExpiredSignature => AuthError::Expired,
         ErrorKind::InvalidSignature => AuthError::Invalid("bad signature"),
-        ErrorKind::InvalidAlgorithm
-        | ErrorKind::MissingAlgorithm
-        | ErrorKind::InvalidAlgorithmName => AuthError::Invalid("only HS256 tokens are accepted"),
-        ErrorKind::MissingRequiredClaim(_) => {
-            AuthError::Invalid("a required claim (exp) is missing")
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm | ErrorKind::InvalidAlgorithmName => {
+            AuthError::Invalid("only HS256 tokens are accepted")
         }
-        ErrorKind::Json(_) | ErrorKind::InvalidClaimFormat(_) => AuthError::Invalid(
-            "malformed header or claims (sub must be a positive integer user id)",
-        ),
+        ErrorKind::MissingRequiredClaim(_) => AuthError::Invalid("a required claim (exp) is missing"),
+        ErrorKind::Json(_) | ErrorKind::InvalidClaimFormat(_) => {
+            AuthError::Invalid("malformed header or claims (sub must be a positive integer user id)")
+        }
         ErrorKind::ImmatureSignature => AuthError::Invalid("not valid yet"),
         ErrorKind::InvalidAudience | ErrorKind::InvalidIssuer | ErrorKind::InvalidSubject => {
             AuthError::Invalid("not meant for this service")
@@ -209,13 +200,7 @@ mod tests {
         let a = auth();
         let user = UserId::new(42).unwrap();
         let token = a.issue(user, Role::Admin).unwrap();
-        assert_eq!(
-            a.verify(&token).unwrap(),
-            AuthUser {
-                id: user,
-                role: Role::Admin
-            }
-        );
+        assert_eq!(a.verify(&token).unwrap(), AuthUser { id: user, role: Role::Admin });
         let token = a.issue(user, Role::User).unwrap();
         assert_eq!(a.verify(&token).unwrap().role, Role::User);
     }
@@ -224,30 +209,12 @@ mod tests {
     fn sub_may_be_a_string_or_a_number_but_must_be_positive() {
         let a = auth();
         for sub in [json!("7"), json!(7)] {
-            let t = sign(
-                Algorithm::HS256,
-                SECRET,
-                &json!({"sub": sub, "exp": in_an_hour()}),
-            );
+            let t = sign(Algorithm::HS256, SECRET, &json!({"sub": sub, "exp": in_an_hour()}));
             assert_eq!(a.verify(&t).unwrap().id.get(), 7);
         }
-        for sub in [
-            json!("0"),
-            json!(-1),
-            json!("abc"),
-            json!(1.5),
-            json!(null),
-            json!(u64::MAX),
-        ] {
-            let t = sign(
-                Algorithm::HS256,
-                SECRET,
-                &json!({"sub": sub, "exp": in_an_hour()}),
-            );
-            assert!(
-                matches!(a.verify(&t), Err(AuthError::Invalid(_))),
-                "sub {sub} accepted"
-            );
+        for sub in [json!("0"), json!(-1), json!("abc"), json!(1.5), json!(null), json!(u64::MAX)] {
+            let t = sign(Algorithm::HS256, SECRET, &json!({"sub": sub, "exp": in_an_hour()}));
+            assert!(matches!(a.verify(&t), Err(AuthError::Invalid(_))), "sub {sub} accepted");
         }
     }
 
@@ -255,11 +222,7 @@ mod tests {
     fn any_role_but_admin_is_a_user() {
         let a = auth();
         for role in [json!("Admin"), json!("root"), json!(1), json!(null)] {
-            let t = sign(
-                Algorithm::HS256,
-                SECRET,
-                &json!({"sub": "1", "role": role, "exp": in_an_hour()}),
-            );
+            let t = sign(Algorithm::HS256, SECRET, &json!({"sub": "1", "role": role, "exp": in_an_hour()}));
             assert_eq!(a.verify(&t).unwrap().role, Role::User);
         }
     }
@@ -270,21 +233,10 @@ mod tests {
         let old = chrono::Utc::now().timestamp() - 3600;
         let t = sign(Algorithm::HS256, SECRET, &json!({"sub": "1", "exp": old}));
         assert_eq!(a.verify(&t), Err(AuthError::Expired));
-        let t = sign(
-            Algorithm::HS256,
-            "another-secret",
-            &json!({"sub": "1", "exp": in_an_hour()}),
-        );
+        let t = sign(Algorithm::HS256, "another-secret", &json!({"sub": "1", "exp": in_an_hour()}));
         assert_eq!(a.verify(&t), Err(AuthError::Invalid("bad signature")));
-        let t = sign(
-            Algorithm::HS512,
-            SECRET,
-            &json!({"sub": "1", "exp": in_an_hour()}),
-        );
-        assert_eq!(
-            a.verify(&t),
-            Err(AuthError::Invalid("only HS256 tokens are accepted"))
-        );
+        let t = sign(Algorithm::HS512, SECRET, &json!({"sub": "1", "exp": in_an_hour()}));
+        assert_eq!(a.verify(&t), Err(AuthError::Invalid("only HS256 tokens are accepted")));
         let t = sign(Algorithm::HS256, SECRET, &json!({"sub": "1"}));
         assert!(matches!(a.verify(&t), Err(AuthError::Invalid(_))));
         assert!(a.verify("not.a.token").is_err());

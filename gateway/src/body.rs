@@ -12,16 +12,10 @@ use seckill_common::ErrorCode;
 use seckill_web::ApiError;
 
 /// The whole body, or 413 once it grows past `limit` bytes.
-pub async fn read_limited(
-    req: &HttpRequest,
-    mut payload: Payload,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
+pub async fn read_limited(req: &HttpRequest, mut payload: Payload, limit: usize) -> Result<Bytes, ApiError> {
     let headers = req.headers();
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let declared =
+        headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     // HTTP/1.1 has a body only with a length or a transfer coding. Anything else reads as
     // empty without touching the payload: for a websocket upgrade actix makes the payload the
     // rest of the connection, and waiting for its end would hold the request forever.
@@ -38,8 +32,8 @@ pub async fn read_limited(
     let mut rest: Option<BytesMut> = None;
     let mut total = 0usize;
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk
-            .map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
         total += chunk.len();
         if total > limit {
             return Err(too_large(limit));
@@ -62,8 +56,5 @@ pub async fn read_limited(
 }
 
 fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        ErrorCode::PayloadTooLarge,
-        format!("request body is larger than {limit} bytes"),
-    )
+    ApiError::new(ErrorCode::PayloadTooLarge, format!("request body is larger than {limit} bytes"))
 }

@@ -52,11 +52,7 @@ pub struct RateLimitSettings {
 
 impl Default for RateLimitSettings {
     fn default() -> Self {
-        Self {
-            per_user_per_sec: 20,
-            burst: 40,
-            cleanup_interval_secs: 60,
-        }
+        Self { per_user_per_sec: 20, burst: 40, cleanup_interval_secs: 60 }
     }
 }
 
@@ -92,21 +88,9 @@ impl Settings {
             ));
         }
         let upstreams = &self.upstreams;
-        validate_urls(
-            "upstreams.seckill",
-            "SECKILL__UPSTREAMS__SECKILL",
-            &upstreams.seckill,
-        )?;
-        validate_urls(
-            "upstreams.order",
-            "SECKILL__UPSTREAMS__ORDER",
-            &upstreams.order,
-        )?;
-        validate_urls(
-            "upstreams.stock",
-            "SECKILL__UPSTREAMS__STOCK",
-            &upstreams.stock,
-        )?;
+        validate_urls("upstreams.seckill", "SECKILL__UPSTREAMS__SECKILL", &upstreams.seckill)?;
+        validate_urls("upstreams.order", "SECKILL__UPSTREAMS__ORDER", &upstreams.order)?;
+        validate_urls("upstreams.stock", "SECKILL__UPSTREAMS__STOCK", &upstreams.stock)?;
         if upstreams.connect_timeout_ms == 0 {
             return Err(ConfigError::invalid(
                 "upstreams.connect_timeout_ms",
@@ -151,11 +135,7 @@ impl Settings {
             )
         })?;
         let burst = NonZeroU32::new(self.rate_limit.burst).ok_or_else(|| {
-            ConfigError::invalid(
-                "rate_limit.burst",
-                "SECKILL__RATE_LIMIT__BURST",
-                "must be at least 1",
-            )
+            ConfigError::invalid("rate_limit.burst", "SECKILL__RATE_LIMIT__BURST", "must be at least 1")
         })?;
         Ok(Quota { per_sec, burst })
     }
@@ -169,28 +149,16 @@ fn missing_secret(problem: &str) -> ConfigError {
 fn validate_urls(key: &'static str, env: &'static str, list: &str) -> Result<(), ConfigError> {
     let urls = split_urls(list);
     if urls.is_empty() {
-        return Err(ConfigError::invalid(
-            key,
-            env,
-            "needs at least one replica URL",
-        ));
+        return Err(ConfigError::invalid(key, env, "needs at least one replica URL"));
     }
     for url in &urls {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ConfigError::invalid(key, env, format!("`{url}` is not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(ConfigError::invalid(
-                key,
-                env,
-                format!("`{url}` is not an http(s) base URL"),
-            ));
+            return Err(ConfigError::invalid(key, env, format!("`{url}` is not an http(s) base URL")));
         }
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(ConfigError::invalid(
-                key,
-                env,
-                format!("`{url}` must not carry a query"),
-            ));
+            return Err(ConfigError::invalid(key, env, format!("`{url}` must not carry a query")));
         }
     }
     Ok(())
@@ -219,39 +187,19 @@ mod tests {
     fn a_missing_or_blank_secret_names_the_key() {
         let mut s = valid();
         s.auth.jwt_secret = None;
-        assert!(
-            s.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("auth.jwt_secret")
-        );
+        assert!(s.validate().unwrap_err().to_string().contains("auth.jwt_secret"));
         s.auth.jwt_secret = Some("  ".into());
-        assert!(
-            s.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("SECKILL__AUTH__JWT_SECRET")
-        );
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__AUTH__JWT_SECRET"));
     }
 
     #[test]
     fn an_empty_or_bad_upstream_list_names_the_key() {
         let mut s = valid();
         s.upstreams.order = " , ".into();
-        assert!(
-            s.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("upstreams.order")
-        );
+        assert!(s.validate().unwrap_err().to_string().contains("upstreams.order"));
         let mut s = valid();
         s.upstreams.stock = "http://a:1,ftp://b:2".into();
-        assert!(
-            s.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("upstreams.stock")
-        );
+        assert!(s.validate().unwrap_err().to_string().contains("upstreams.stock"));
         let mut s = valid();
         s.upstreams.seckill = "http://a:1, http://b:2/".into();
         s.validate().unwrap();
@@ -261,12 +209,7 @@ mod tests {
     fn a_zero_rate_names_the_key() {
         let mut s = valid();
         s.rate_limit.burst = 0;
-        assert!(
-            s.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("rate_limit.burst")
-        );
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.burst"));
     }
 
     #[test]

@@ -17,10 +17,8 @@ use seckill_web::AuthUser;
 
 /// Headers that describe one connection, not the message, so a proxy never forwards them.
 fn is_hop_by_hop(name: &str) -> bool {
-    matches!(
-        name,
-        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade" | "host"
-    ) || name.starts_with("proxy-")
+    matches!(name, "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade" | "host")
+        || name.starts_with("proxy-")
 }
 
 /// Names a `Connection` header lists are hop-by-hop too. `keep-alive` and `close`, by far the
@@ -31,9 +29,7 @@ fn connection_options<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<&'a str
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|o| {
-            !o.is_empty()
-                && !o.eq_ignore_ascii_case("keep-alive")
-                && !o.eq_ignore_ascii_case("close")
+            !o.is_empty() && !o.eq_ignore_ascii_case("keep-alive") && !o.eq_ignore_ascii_case("close")
         })
         .collect()
 }
@@ -58,10 +54,9 @@ pub fn to_upstream(
         {
             continue;
         }
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value.as_bytes()))
+        {
             out.append(name, value);
         }
     }
@@ -80,21 +75,16 @@ pub fn to_upstream(
 
 /// Copies an upstream's response headers onto the client's response.
 pub fn to_client(upstream: &HeaderMap, response: &mut HttpResponseBuilder) {
-    let options = connection_options(
-        upstream
-            .get_all(reqwest::header::CONNECTION)
-            .iter()
-            .map(|v| v.as_bytes()),
-    );
+    let options =
+        connection_options(upstream.get_all(reqwest::header::CONNECTION).iter().map(|v| v.as_bytes()));
     for (name, value) in upstream {
         let name = name.as_str();
         if is_hop_by_hop(name) || name == "content-length" || is_listed(name, &options) {
             continue;
         }
-        if let (Ok(name), Ok(value)) = (
-            actix::HeaderName::from_bytes(name.as_bytes()),
-            actix::HeaderValue::from_bytes(value.as_bytes()),
-        ) {
+        if let (Ok(name), Ok(value)) =
+            (actix::HeaderName::from_bytes(name.as_bytes()), actix::HeaderValue::from_bytes(value.as_bytes()))
+        {
             response.append_header((name, value));
         }
     }
@@ -111,10 +101,7 @@ mod tests {
     fn incoming(pairs: &[(&'static str, &'static str)]) -> actix::HeaderMap {
         let mut map = actix::HeaderMap::new();
         for (n, v) in pairs {
-            map.append(
-                actix::HeaderName::from_static(n),
-                actix::HeaderValue::from_static(v),
-            );
+            map.append(actix::HeaderName::from_static(n), actix::HeaderValue::from_static(v));
         }
         map
     }
@@ -137,10 +124,7 @@ mod tests {
             ("accept", "a"),
             ("accept", "b"),
         ]);
-        let caller = AuthUser {
-            id: UserId::new(42).unwrap(),
-            role: Role::User,
-        };
+        let caller = AuthUser { id: UserId::new(42).unwrap(), role: Role::User };
         let out = to_upstream(&map, Some("rid-1"), Some(caller));
         assert_eq!(out["x-user-id"], "42");
         assert_eq!(out["x-user-role"], "user");
@@ -180,10 +164,7 @@ mod tests {
         to_client(&up, &mut builder);
         let res = builder.finish();
         assert_eq!(res.headers().get("x-custom").unwrap(), "yes");
-        assert_eq!(
-            res.headers().get("content-type").unwrap(),
-            "application/json"
-        );
+        assert_eq!(res.headers().get("content-type").unwrap(), "application/json");
         assert!(res.headers().get("keep-alive").is_none());
         assert!(res.headers().get("transfer-encoding").is_none());
         assert!(res.headers().get("content-length").is_none());

@@ -54,16 +54,8 @@ struct Upstream {
 impl Upstream {
     fn new(service: Service, list: &str) -> anyhow::Result<Self> {
         let replicas = split_urls(list);
-        anyhow::ensure!(
-            !replicas.is_empty(),
-            "upstreams.{} lists no replica",
-            service.name()
-        );
-        Ok(Self {
-            service,
-            replicas,
-            next: AtomicUsize::new(0),
-        })
+        anyhow::ensure!(!replicas.is_empty(), "upstreams.{} lists no replica", service.name());
+        Ok(Self { service, replicas, next: AtomicUsize::new(0) })
     }
 
     /// Every replica once, starting at the next in turn.
@@ -136,16 +128,13 @@ impl Proxy {
         let upstream = self.upstream(service);
 
         let response = self.send(upstream, method, path, headers, body).await?;
-        let status = actix_web::http::StatusCode::from_u16(response.status().as_u16())
-            .map_err(ApiError::internal)?;
+        let status =
+            actix_web::http::StatusCode::from_u16(response.status().as_u16()).map_err(ApiError::internal)?;
         let mut builder = HttpResponse::build(status);
         headers::to_client(response.headers(), &mut builder);
         // Upstream bodies are small JSON documents: buffering them keeps a known length (and
         // keep-alive) on the client's response and lets a stalled body end in a 504.
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| failure(upstream.service, e))?;
+        let body = response.bytes().await.map_err(|e| failure(upstream.service, e))?;
         Ok(builder.body(body))
     }
 
@@ -163,12 +152,7 @@ impl Proxy {
         let mut refused = Vec::new();
         for (i, base) in upstream.rotation().enumerate() {
             let last = i + 1 == tries;
-            let headers = if last {
-                headers.take()
-            } else {
-                headers.clone()
-            }
-            .unwrap_or_default();
+            let headers = if last { headers.take() } else { headers.clone() }.unwrap_or_default();
             let mut request = self
                 .client
                 .request(method.clone(), format!("{base}{path}"))
@@ -206,19 +190,12 @@ impl Proxy {
     pub async fn readiness(&self) -> Vec<Check> {
         let timeout = self.timeout.min(READINESS_TIMEOUT);
         let checks = self.upstreams.iter().map(|upstream| async move {
-            let probes = upstream
-                .replicas
-                .iter()
-                .map(|base| self.probe(base, timeout));
+            let probes = upstream.replicas.iter().map(|base| self.probe(base, timeout));
             let results = join_all(probes).await;
             let result = if results.iter().any(Result::is_ok) {
                 Ok(())
             } else {
-                Err(results
-                    .into_iter()
-                    .filter_map(Result::err)
-                    .collect::<Vec<_>>()
-                    .join("; "))
+                Err(results.into_iter().filter_map(Result::err).collect::<Vec<_>>().join("; "))
             };
             (upstream.service.name(), result)
         });
@@ -267,11 +244,8 @@ fn failure(service: Service, e: reqwest::Error) -> ApiError {
     let name = service.name();
     if e.is_timeout() {
         count_error(name, "timeout");
-        ApiError::new(
-            ErrorCode::UpstreamTimeout,
-            format!("the {name} service did not answer in time"),
-        )
-        .with_cause(anyhow::Error::new(e).context(format!("upstream `{name}` timed out")))
+        ApiError::new(ErrorCode::UpstreamTimeout, format!("the {name} service did not answer in time"))
+            .with_cause(anyhow::Error::new(e).context(format!("upstream `{name}` timed out")))
     } else {
         count_error(name, "other");
         ApiError::new(
@@ -283,8 +257,7 @@ fn failure(service: Service, e: reqwest::Error) -> ApiError {
 }
 
 fn count_error(upstream: &'static str, kind: &'static str) {
-    metrics::counter!("gateway_upstream_errors_total", "upstream" => upstream, "kind" => kind)
-        .increment(1);
+    metrics::counter!("gateway_upstream_errors_total", "upstream" => upstream, "kind" => kind).increment(1);
 }
 
 #[cfg(test)]
@@ -293,13 +266,7 @@ mod tests {
 
     #[test]
     fn targets_that_a_url_parser_would_rewrite_are_refused() {
-        for ok in [
-            "/api/goods",
-            "/api/goods/12?x=../y",
-            "/api/orders/1/pay",
-            "/api/goods/.hidden",
-            "/",
-        ] {
+        for ok in ["/api/goods", "/api/goods/12?x=../y", "/api/orders/1/pay", "/api/goods/.hidden", "/"] {
             assert_eq!(forwardable_target(ok).unwrap(), ok);
         }
         for bad in [
@@ -310,11 +277,7 @@ mod tests {
             "/api/goods/..\\..\\internal",
             "/api/goods/1#/x",
         ] {
-            assert_eq!(
-                forwardable_target(bad).unwrap_err().code,
-                ErrorCode::InvalidInput,
-                "{bad}"
-            );
+            assert_eq!(forwardable_target(bad).unwrap_err().code, ErrorCode::InvalidInput, "{bad}");
         }
     }
 

@@ -18,19 +18,14 @@ pub struct UserRateLimiter {
 impl UserRateLimiter {
     pub fn new(quota: configuration::Quota) -> Self {
         let quota = Quota::per_second(quota.per_sec).allow_burst(quota.burst);
-        Self {
-            limiter: RateLimiter::keyed(quota),
-        }
+        Self { limiter: RateLimiter::keyed(quota) }
     }
 
     /// Takes one request from `user`'s bucket, or answers 429 `RATE_LIMITED`.
     pub fn check(&self, user: UserId) -> Result<(), ApiError> {
-        self.limiter.check_key(&user.get()).map_err(|_| {
-            ApiError::new(
-                ErrorCode::RateLimited,
-                "too many requests, slow down and try again",
-            )
-        })
+        self.limiter
+            .check_key(&user.get())
+            .map_err(|_| ApiError::new(ErrorCode::RateLimited, "too many requests, slow down and try again"))
     }
 
     /// Users remembered right now (those not back at a full bucket since the last clean-up).

@@ -63,10 +63,7 @@ fn resource(path: &str) -> Resource {
 }
 
 async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        ErrorCode::MethodNotAllowed,
-        "method not allowed on this route",
-    ))
+    Err(ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route"))
 }
 
 /// `POST /api/auth/dev-token`: a token for any user, for local runs and tests only.
@@ -100,9 +97,7 @@ async fn user_seckill(
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
     gateway.limiter.check(caller.id)?;
-    gateway
-        .pass(Service::Seckill, &req, payload, Some(caller))
-        .await
+    gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
 }
 
 /// `POST /api/admin/goods`: an admin token. seckill-service checks the role again; refusing
@@ -114,9 +109,7 @@ async fn admin_seckill(
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
     caller.require_admin()?;
-    gateway
-        .pass(Service::Seckill, &req, payload, Some(caller))
-        .await
+    gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
 }
 
 /// `/api/orders...`: a token.
@@ -126,7 +119,5 @@ async fn user_order(
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
-    gateway
-        .pass(Service::Order, &req, payload, Some(caller))
-        .await
+    gateway.pass(Service::Order, &req, payload, Some(caller)).await
 }

@@ -20,10 +20,7 @@ pub const STANDARD_PORT: u16 = 8080;
 /// secret, no upstream replica, a zero limit) and when the port cannot be bound.
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
-    let auth = Authenticator::new(
-        settings.jwt_secret()?,
-        Duration::from_secs(settings.dev_token.ttl_secs),
-    )?;
+    let auth = Authenticator::new(settings.jwt_secret()?, Duration::from_secs(settings.dev_token.ttl_secs))?;
     let proxy = Proxy::new(&settings.upstreams)?;
     let limiter = Arc::new(UserRateLimiter::new(settings.quota()?));
     let gateway = web::Data::new(Gateway {
@@ -41,9 +38,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let lifecycle = Lifecycle::new();
     limiter.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     if dev_tokens {
-        tracing::warn!(
-            "auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token"
-        );
+        tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
     tracing::info!(
         port,

@@ -36,8 +36,12 @@ pub struct OrderSettings {
     pub batch_size: usize,
     /// Unacked messages the broker hands each consumer: the backpressure.
     pub prefetch: u16,
-    /// Pause before a batch that failed on a dependency is handed back to the queue.
-    pub retry_delay_ms: u64,
+    /// Pause before messages that failed because a dependency is down go back to the queue.
+    pub outage_pause_ms: u64,
+    /// How often the sweeper looks for overdue unpaid orders and owed releases.
+    pub sweep_interval_secs: u64,
+    /// How late an expiry or a release must be before the sweeper does it itself.
+    pub sweep_grace_secs: u64,
 }
 
 impl Default for OrderSettings {
@@ -47,7 +51,9 @@ impl Default for OrderSettings {
             consumers: 2,
             batch_size: 200,
             prefetch: 400,
-            retry_delay_ms: 1_000,
+            outage_pause_ms: 1_000,
+            sweep_interval_secs: 10,
+            sweep_grace_secs: 30,
         }
     }
 }
@@ -55,6 +61,10 @@ impl Default for OrderSettings {
 impl OrderSettings {
     pub fn ttl(&self) -> Duration {
         Duration::from_secs(self.ttl_secs)
+    }
+
+    pub fn outage_pause(&self) -> Duration {
+        Duration::from_millis(self.outage_pause_ms)
     }
 }
 

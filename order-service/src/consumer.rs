@@ -1,180 +1,126 @@
-//! The `seckill.orders` consumer: batches what the broker has ready, fulfils the batch, acks it
-//! with one multiple-ack. Connection trouble is survived by reconnecting with backoff; on
-//! shutdown the batch in hand is finished and acked before the consumer stops.
+//! The two queues order-service consumes: `seckill.orders` (accepted buy requests, fulfilled in
+//! batches) and `seckill.order.expire` (orders whose delay ran out). Connection handling,
+//! retries and dead letters are `seckill_infra::consumer`'s; this is what each message means.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use lapin::Channel;
-use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-};
-use lapin::types::FieldTable;
-use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, OrderRequest};
-use seckill_common::config::AmqpSettings;
-use tokio_util::sync::CancellationToken;
+use seckill_common::amqp::{OrderExpiry, OrderRequest, decode};
+use seckill_infra::consumer::{Inbox, Retry};
 
-use crate::configuration::{OrderSettings, SERVICE};
-use crate::fulfil::Fulfiller;
+use crate::fulfil::{Fulfiller, is_outage};
+use crate::orders::transition;
+use crate::releases::Releaser;
 
-pub struct ConsumerConfig {
-    pub amqp: AmqpSettings,
-    pub order: OrderSettings,
-    pub names: AmqpNames,
-}
-
-/// Runs one consumer until `cancel`; reconnects with backoff (1 s doubling to 30 s) after any
-/// connection or channel failure.
-pub async fn run(
-    index: usize,
-    config: Arc<ConsumerConfig>,
-    fulfiller: Arc<Fulfiller>,
-    cancel: CancellationToken,
-) {
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        match consume(index, &config, &fulfiller, &cancel).await {
-            Ok(()) => return,
-            Err(e) => {
-                tracing::error!(
-                    consumer = index,
-                    error = format!("{e:#}"),
-                    ?backoff,
-                    "consumer stopped; reconnecting"
-                );
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
-/// One connection's life: returns Ok on shutdown, Err when the connection or channel fails.
-async fn consume(
-    index: usize,
-    config: &ConsumerConfig,
+/// Fulfils one batch of buy requests and settles it: acked once fulfilled; handed back after a
+/// pause when a dependency is down; otherwise each retried later, and a request out of tries
+/// compensated and dead-lettered. Undecodable messages go straight to the dead letters.
+pub async fn handle_orders(
     fulfiller: &Fulfiller,
-    cancel: &CancellationToken,
+    inbox: Inbox,
+    outage_pause: Duration,
 ) -> anyhow::Result<()> {
-    let connection =
-        seckill_infra::amqp::connect(&config.amqp.url, &format!("{SERVICE}-consumer-{index}"))
-            .await?;
-    let channel = connection.create_channel().await?;
-    seckill_infra::amqp::declare_topology(&channel, &config.names, &config.amqp).await?;
-    channel
-        .basic_qos(config.order.prefetch, BasicQosOptions::default())
-        .await?;
-    let consumer = channel
-        .basic_consume(
-            config.names.orders_queue().into(),
-            format!("{SERVICE}-{index}-{}", uuid::Uuid::new_v4().simple()).into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    tracing::info!(consumer = index, queue = %config.names.orders_queue(), "consuming");
-    // Whatever the broker has ready, up to a batch: big batches under load, single messages
-    // (no added latency) when it is quiet.
-    let mut batches = consumer.ready_chunks(config.order.batch_size);
-    let retry_delay = Duration::from_millis(config.order.retry_delay_ms);
-    loop {
-        let next = tokio::select! {
-            () = cancel.cancelled() => None,
-            next = batches.next() => Some(next),
-        };
-        let Some(next) = next else {
-            // Shutdown between batches: nothing in hand. Unacked prefetched messages go back
-            // to the queue when the channel closes.
-            let _ = channel.close(200, "shutting down".into()).await;
-            let _ = connection.close(200, "shutting down".into()).await;
-            return Ok(());
-        };
-        let Some(batch) = next else {
-            anyhow::bail!("the broker ended the consumer");
-        };
-        let deliveries = batch.into_iter().collect::<Result<Vec<_>, _>>()?;
-        handle_batch(&channel, fulfiller, deliveries, retry_delay).await?;
-    }
-}
-
-/// Decodes, fulfils and settles one batch. Undecodable messages and unknown versions are
-/// rejected to the dead-letter queue; the rest are acked once fulfilled, or handed back after
-/// a pause when a dependency failed.
-async fn handle_batch(
-    channel: &Channel,
-    fulfiller: &Fulfiller,
-    deliveries: Vec<Delivery>,
-    retry_delay: Duration,
-) -> anyhow::Result<()> {
-    let mut requests: Vec<OrderRequest> = Vec::with_capacity(deliveries.len());
-    let mut distinct = HashSet::with_capacity(deliveries.len());
-    let mut last_good_tag = None;
-    for d in &deliveries {
-        match decode(d) {
+    let mut requests: Vec<OrderRequest> = Vec::with_capacity(inbox.deliveries.len());
+    let mut distinct = HashSet::with_capacity(inbox.deliveries.len());
+    let mut good = Vec::with_capacity(inbox.deliveries.len());
+    for d in &inbox.deliveries {
+        match decode::<OrderRequest>(&d.data) {
             Ok(r) => {
                 if distinct.insert(r.request_id) {
                     requests.push(r);
                 }
-                last_good_tag = Some(d.delivery_tag);
+                good.push((d, r));
             }
-            Err(why) => {
-                tracing::error!(delivery_tag = d.delivery_tag, body = %String::from_utf8_lossy(&d.data),
-                    reason = %why, "poison message sent to the dead-letter queue");
-                metrics::counter!("order_messages_dead_lettered_total").increment(1);
-                channel
-                    .basic_reject(d.delivery_tag, BasicRejectOptions { requeue: false })
-                    .await?;
-            }
+            Err(why) => inbox.dead_letter(d, &why).await?,
         }
     }
-    let Some(last_tag) = last_good_tag else {
+    let Some((last, _)) = good.last() else {
         return Ok(());
     };
     match fulfiller.fulfil(&requests).await {
         Ok(report) => {
-            channel
-                .basic_ack(last_tag, BasicAckOptions { multiple: true })
-                .await?;
+            inbox.ack_through(last).await?;
             metrics::counter!("order_requests_ordered_total").increment(report.ordered as u64);
             metrics::counter!("order_requests_failed_total").increment(report.failed as u64);
             metrics::counter!("order_requests_stale_total").increment(report.stale as u64);
             tracing::debug!(?report, batch = requests.len(), "batch fulfilled");
         }
+        Err(e) if is_outage(&e) => {
+            tracing::error!(
+                error = format!("{e:#}"),
+                batch = requests.len(),
+                "a dependency is down; the batch goes back to the queue"
+            );
+            metrics::counter!("order_batches_requeued_total").increment(1);
+            tokio::time::sleep(outage_pause).await;
+            inbox.requeue_through(last).await?;
+        }
         Err(e) => {
             tracing::error!(
                 error = format!("{e:#}"),
                 batch = requests.len(),
-                ?retry_delay,
-                "batch failed on a dependency; handing it back to the queue"
+                "batch failed; each request is retried on its own"
             );
-            metrics::counter!("order_batches_retried_total").increment(1);
-            tokio::time::sleep(retry_delay).await;
-            channel
-                .basic_nack(
-                    last_tag,
-                    BasicNackOptions {
-                        multiple: true,
-                        requeue: true,
-                    },
-                )
-                .await?;
+            for (d, r) in &good {
+                if inbox.retry_later(d).await? == Retry::Exhausted {
+                    if let Err(e) = fulfiller.compensate(r).await {
+                        tracing::error!(error = format!("{e:#}"), request_id = %r.request_id, "compensation failed");
+                    }
+                    inbox.dead_letter(d, "out of tries").await?;
+                }
+            }
         }
     }
     Ok(())
 }
 
-fn decode(d: &Delivery) -> Result<OrderRequest, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(&d.data).map_err(|e| format!("not JSON: {e}"))?;
-    match v.get("v").and_then(serde_json::Value::as_u64) {
-        Some(version) if version == u64::from(MESSAGE_VERSION) => {}
-        other => return Err(format!("unknown message version {other:?}")),
+/// Expires each order still unpaid and sends its release.
+pub async fn handle_expiries(
+    releaser: &Releaser,
+    fulfiller: &Fulfiller,
+    inbox: Inbox,
+    outage_pause: Duration,
+) -> anyhow::Result<()> {
+    for d in &inbox.deliveries {
+        let expiry = match decode::<OrderExpiry>(&d.data) {
+            Ok(m) => m,
+            Err(why) => {
+                inbox.dead_letter(d, &why).await?;
+                continue;
+            }
+        };
+        match expire(releaser, fulfiller, expiry).await {
+            Ok(()) => inbox.ack(d).await?,
+            Err(e) if is_outage(&e) => {
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    "a dependency is down; the expiry goes back to the queue"
+                );
+                tokio::time::sleep(outage_pause).await;
+                inbox.requeue(d).await?;
+            }
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), order_id = %expiry.order_id, "expiry failed");
+                if inbox.retry_later(d).await? == Retry::Exhausted {
+                    // The sweeper expires it later all the same.
+                    inbox.dead_letter(d, "out of tries").await?;
+                }
+            }
+        }
     }
-    serde_json::from_value(v).map_err(|e| format!("not an order request: {e}"))
+    Ok(())
+}
+
+async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, expiry: OrderExpiry) -> anyhow::Result<()> {
+    let expired = {
+        let mut conn = fulfiller.pool().get().await?;
+        transition::expire(&mut conn, expiry.order_id).await?
+    };
+    // None: paid or cancelled meanwhile (or expired by an earlier copy of this message).
+    if let Some(row) = expired {
+        tracing::info!(order_id = row.id, "order expired unpaid");
+        metrics::counter!("order_orders_expired_total").increment(1);
+        releaser.send(&[row]).await?;
+    }
+    Ok(())
 }

@@ -8,14 +8,18 @@
 //! and every step above is idempotent, so the retry finishes the work without doing any twice.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use dashmap::DashMap;
-use seckill_common::GoodsId;
-use seckill_common::amqp::OrderRequest;
+use futures_util::future::try_join_all;
+use lapin::BasicProperties;
+use seckill_common::amqp::{AmqpNames, OrderExpiry, OrderRequest};
 use seckill_common::api::{DeductOutcome, DeductRequest};
+use seckill_common::{GoodsId, OrderId};
 use seckill_db::PgPool;
+use seckill_infra::amqp::Publisher;
 use seckill_infra::stock_client::StockClient;
 use uuid::Uuid;
 
@@ -37,22 +41,25 @@ pub struct BatchReport {
 
 pub struct Fulfiller {
     pool: PgPool,
-    stock: StockClient,
+    stock: Arc<StockClient>,
     results: ResultStore,
+    publisher: Arc<Publisher>,
+    names: AmqpNames,
     /// Seckill price per sale: fixed for a sale's life, so asked once.
     prices: DashMap<GoodsId, Option<i64>>,
     ttl: Duration,
 }
 
 impl Fulfiller {
-    pub fn new(pool: PgPool, stock: StockClient, results: ResultStore, ttl: Duration) -> Self {
-        Self {
-            pool,
-            stock,
-            results,
-            prices: DashMap::new(),
-            ttl,
-        }
+    pub fn new(
+        pool: PgPool,
+        stock: Arc<StockClient>,
+        results: ResultStore,
+        publisher: Arc<Publisher>,
+        names: AmqpNames,
+        ttl: Duration,
+    ) -> Self {
+        Self { pool, stock, results, publisher, names, prices: DashMap::new(), ttl }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -68,11 +75,7 @@ impl Fulfiller {
         if let Some(p) = self.prices.get(&g) {
             return Ok(*p);
         }
-        let price = self
-            .stock
-            .goods(g)
-            .await?
-            .map(|goods| goods.seckill_price_cents);
+        let price = self.stock.goods(g).await?.map(|goods| goods.seckill_price_cents);
         self.prices.insert(g, price);
         Ok(price)
     }
@@ -83,10 +86,7 @@ impl Fulfiller {
         let request_ids: Vec<Uuid> = requests.iter().map(|r| r.request_id).collect();
         let existing: HashMap<Uuid, i64> = {
             let mut conn = self.pool.get().await?;
-            orders::existing(&mut conn, &request_ids)
-                .await?
-                .into_iter()
-                .collect()
+            orders::existing(&mut conn, &request_ids).await?.into_iter().collect()
         };
         let mut succeeded: Vec<(OrderRequest, i64)> = Vec::new();
         let mut fresh = Vec::new();
@@ -133,10 +133,7 @@ impl Fulfiller {
             .collect();
         let inserted: HashMap<Uuid, i64> = {
             let mut conn = self.pool.get().await?;
-            orders::insert_batch(&mut conn, &new)
-                .await?
-                .into_iter()
-                .collect()
+            orders::insert_batch(&mut conn, &new).await?.into_iter().collect()
         };
         let mut conflicted = Vec::new();
         for (r, _) in &deducted {
@@ -148,13 +145,50 @@ impl Fulfiller {
                 None => conflicted.push(*r),
             }
         }
-        self.settle_conflicts(conflicted, &mut succeeded, &mut failed, &mut report)
-            .await?;
+        self.settle_conflicts(conflicted, &mut succeeded, &mut failed, &mut report).await?;
 
+        // The expiry timers first: a buyer told `success` has an order that will expire. A
+        // re-delivered request gets its timer again; a second expiry message is harmless.
+        self.schedule_expiries(&succeeded).await?;
         self.results.succeed(&succeeded).await?;
         self.results.fail(&failed).await?;
         report.failed = failed.len();
         Ok(report)
+    }
+
+    /// One message per order into the delay queue (the queue's TTL is the timer), all
+    /// confirms in flight at once.
+    async fn schedule_expiries(&self, orders: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
+        let queue = self.names.order_delay_queue(self.ttl.as_secs());
+        try_join_all(orders.iter().map(|(_, order_id)| {
+            let queue = queue.clone();
+            async move {
+                let id = OrderId::new(*order_id).ok_or_else(|| anyhow::anyhow!("order id {order_id}"))?;
+                let body = serde_json::to_vec(&OrderExpiry::new(id))?;
+                let properties = BasicProperties::default().with_content_type("application/json".into());
+                self.publisher.publish(&queue, &body, properties).await?;
+                anyhow::Ok(())
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// A request that ran out of tries: if it has no order, its deduction (if any) is released
+    /// and its reservation given back, and the buyer sees `failed`; if it has one, the buyer is
+    /// told so. Best effort: the message goes to the dead letters either way, with the log.
+    pub async fn compensate(&self, r: &OrderRequest) -> anyhow::Result<()> {
+        let existing = {
+            let mut conn = self.pool.get().await?;
+            orders::existing(&mut conn, &[r.request_id]).await?
+        };
+        if let Some((_, order_id)) = existing.first() {
+            return self.results.succeed(&[(*r, *order_id)]).await;
+        }
+        self.stock.release(r.request_id).await?;
+        self.results.fail(&[(*r, true)]).await?;
+        tracing::warn!(request_id = %r.request_id, "request out of tries: stock and reservation given back");
+        Ok(())
     }
 
     /// Deducts the priced requests in one call. Returns the deducted ones; the others are
@@ -170,19 +204,10 @@ impl Fulfiller {
         }
         let items = priced
             .iter()
-            .map(|(r, _)| DeductRequest {
-                order_key: r.request_id,
-                goods_id: r.goods_id,
-                quantity: 1,
-            })
+            .map(|(r, _)| DeductRequest { order_key: r.request_id, goods_id: r.goods_id, quantity: 1 })
             .collect();
-        let outcomes: HashMap<Uuid, DeductOutcome> = self
-            .stock
-            .deduct_batch(items)
-            .await?
-            .into_iter()
-            .map(|o| (o.order_key, o.outcome))
-            .collect();
+        let outcomes: HashMap<Uuid, DeductOutcome> =
+            self.stock.deduct_batch(items).await?.into_iter().map(|o| (o.order_key, o.outcome)).collect();
         let mut deducted = Vec::with_capacity(priced.len());
         for (r, price) in priced {
             match outcomes.get(&r.request_id) {
@@ -217,10 +242,7 @@ impl Fulfiller {
         let ids: Vec<Uuid> = conflicted.iter().map(|r| r.request_id).collect();
         let now_existing: HashMap<Uuid, i64> = {
             let mut conn = self.pool.get().await?;
-            orders::existing(&mut conn, &ids)
-                .await?
-                .into_iter()
-                .collect()
+            orders::existing(&mut conn, &ids).await?.into_iter().collect()
         };
         for r in conflicted {
             if let Some(order_id) = now_existing.get(&r.request_id) {
@@ -235,4 +257,10 @@ impl Fulfiller {
         }
         Ok(())
     }
+}
+
+/// True when the error says a dependency is down (a lost connection, a pool or call timeout, a
+/// 5xx after retries): the messages are not at fault, so their tries are not counted.
+pub fn is_outage(e: &anyhow::Error) -> bool {
+    seckill_db::is_outage(e) || seckill_infra::is_outage(e)
 }

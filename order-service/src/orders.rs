@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::schema::orders;
 
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = orders, check_for_backend(diesel::pg::Pg))]
 pub struct OrderRow {
     pub id: i64,
@@ -42,8 +42,7 @@ impl TryFrom<OrderRow> for Order {
     fn try_from(row: OrderRow) -> Result<Self, Self::Error> {
         Ok(Order {
             id: OrderId::new(row.id).ok_or_else(|| corrupt(format!("order id {}", row.id)))?,
-            user_id: UserId::new(row.user_id)
-                .ok_or_else(|| corrupt(format!("user id {}", row.user_id)))?,
+            user_id: UserId::new(row.user_id).ok_or_else(|| corrupt(format!("user id {}", row.user_id)))?,
             goods_id: GoodsId::new(row.goods_id)
                 .ok_or_else(|| corrupt(format!("goods id {}", row.goods_id)))?,
             price_cents: row.price_cents,
@@ -56,10 +55,7 @@ impl TryFrom<OrderRow> for Order {
 }
 
 /// Orders already written for these requests: request id -> order id.
-pub async fn existing(
-    conn: &mut AsyncPgConnection,
-    request_ids: &[Uuid],
-) -> QueryResult<Vec<(Uuid, i64)>> {
+pub async fn existing(conn: &mut AsyncPgConnection, request_ids: &[Uuid]) -> QueryResult<Vec<(Uuid, i64)>> {
     if request_ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -73,10 +69,7 @@ pub async fn existing(
 /// Inserts all in one statement; a row that conflicts (its request already has an order, or
 /// the user already holds an active order of that sale) is skipped. Returns what was inserted:
 /// request id -> order id.
-pub async fn insert_batch(
-    conn: &mut AsyncPgConnection,
-    new: &[NewOrder],
-) -> QueryResult<Vec<(Uuid, i64)>> {
+pub async fn insert_batch(conn: &mut AsyncPgConnection, new: &[NewOrder]) -> QueryResult<Vec<(Uuid, i64)>> {
     if new.is_empty() {
         return Ok(Vec::new());
     }
@@ -119,4 +112,107 @@ pub async fn find_for_user(
         .optional()?
         .map(Order::try_from)
         .transpose()
+}
+
+/// The conditional updates of an order's life. Each is ONE statement whose `WHERE` names the
+/// state it leaves, so a pay racing an expiry or a cancel has exactly one winner.
+pub mod transition {
+    use super::*;
+
+    /// unpaid -> paid, only by its owner and only before it expires.
+    pub async fn pay(
+        conn: &mut AsyncPgConnection,
+        id: OrderId,
+        user: UserId,
+    ) -> QueryResult<Option<OrderRow>> {
+        diesel::update(
+            orders::table
+                .filter(orders::id.eq(id.get()))
+                .filter(orders::user_id.eq(user.get()))
+                .filter(orders::status.eq(OrderStatus::Unpaid.as_str()))
+                .filter(orders::expires_at.gt(diesel::dsl::now)),
+        )
+        .set((orders::status.eq(OrderStatus::Paid.as_str()), orders::updated_at.eq(diesel::dsl::now)))
+        .returning(OrderRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()
+    }
+
+    /// unpaid -> cancelled, only by its owner.
+    pub async fn cancel(
+        conn: &mut AsyncPgConnection,
+        id: OrderId,
+        user: UserId,
+    ) -> QueryResult<Option<OrderRow>> {
+        diesel::update(
+            orders::table
+                .filter(orders::id.eq(id.get()))
+                .filter(orders::user_id.eq(user.get()))
+                .filter(orders::status.eq(OrderStatus::Unpaid.as_str())),
+        )
+        .set((orders::status.eq(OrderStatus::Cancelled.as_str()), orders::updated_at.eq(diesel::dsl::now)))
+        .returning(OrderRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()
+    }
+
+    /// unpaid -> expired (its delay ran out).
+    pub async fn expire(conn: &mut AsyncPgConnection, id: OrderId) -> QueryResult<Option<OrderRow>> {
+        diesel::update(
+            orders::table
+                .filter(orders::id.eq(id.get()))
+                .filter(orders::status.eq(OrderStatus::Unpaid.as_str())),
+        )
+        .set((orders::status.eq(OrderStatus::Expired.as_str()), orders::updated_at.eq(diesel::dsl::now)))
+        .returning(OrderRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()
+    }
+
+    /// The safety net behind the delay queue: unpaid orders `grace` past their expiry. Rows
+    /// another sweeper (replica) holds are skipped, not waited for.
+    pub async fn expire_overdue(
+        conn: &mut AsyncPgConnection,
+        grace: chrono::Duration,
+        limit: i64,
+    ) -> QueryResult<Vec<OrderRow>> {
+        diesel::sql_query(
+            "UPDATE orders SET status = 'expired', updated_at = now() \
+             WHERE status = 'unpaid' AND id IN ( \
+                 SELECT id FROM orders WHERE status = 'unpaid' AND expires_at < $1 \
+                 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, request_id, user_id, goods_id, price_cents, status, created_at, expires_at",
+        )
+        .bind::<diesel::sql_types::Timestamptz, _>(Utc::now() - grace)
+        .bind::<diesel::sql_types::BigInt, _>(limit)
+        .load(conn)
+        .await
+    }
+
+    /// Cancelled or expired orders whose release is still owed, older than `settle`.
+    pub async fn releases_owed(
+        conn: &mut AsyncPgConnection,
+        settle: chrono::Duration,
+        limit: i64,
+    ) -> QueryResult<Vec<OrderRow>> {
+        orders::table
+            .filter(orders::status.eq_any([OrderStatus::Cancelled.as_str(), OrderStatus::Expired.as_str()]))
+            .filter(orders::release_sent_at.is_null())
+            .filter(orders::updated_at.lt(Utc::now() - settle))
+            .order(orders::updated_at)
+            .limit(limit)
+            .select(OrderRow::as_select())
+            .load(conn)
+            .await
+    }
+
+    pub async fn mark_release_sent(conn: &mut AsyncPgConnection, ids: &[i64]) -> QueryResult<usize> {
+        diesel::update(orders::table.filter(orders::id.eq_any(ids)))
+            .set(orders::release_sent_at.eq(diesel::dsl::now))
+            .execute(conn)
+            .await
+    }
 }

@@ -16,11 +16,7 @@ pub struct ResultStore {
 
 impl ResultStore {
     pub fn new(pool: Pool, keys: RedisKeys) -> Self {
-        Self {
-            pool,
-            scripts: Scripts::new(),
-            keys,
-        }
+        Self { pool, scripts: Scripts::new(), keys }
     }
 
     pub fn pool(&self) -> &Pool {
@@ -70,11 +66,8 @@ impl ResultStore {
         }
         let mut pipe = redis::pipe();
         for (r, order_id) in done {
-            pipe.set(
-                self.keys.result(r.goods_id, r.user_id),
-                StoredResult::Success(*order_id).encode(),
-            )
-            .ignore();
+            pipe.set(self.keys.result(r.goods_id, r.user_id), StoredResult::Success(*order_id).encode())
+                .ignore();
         }
         self.run::<()>(&pipe).await
     }

@@ -4,16 +4,19 @@ pub mod orders;
 
 use actix_web::{HttpResponse, web};
 
-use crate::fulfil::Fulfiller;
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/readyz", web::get().to(readyz))
         .route("/api/orders", web::get().to(orders::list))
-        .route("/api/orders/{order_id}", web::get().to(orders::get));
+        .route("/api/orders/{order_id}", web::get().to(orders::get))
+        .route("/api/orders/{order_id}/pay", web::post().to(orders::pay))
+        .route("/api/orders/{order_id}/cancel", web::post().to(orders::cancel));
 }
 
-async fn readyz(fulfiller: web::Data<Fulfiller>) -> HttpResponse {
-    let database = seckill_db::ping(fulfiller.pool()).await;
-    let redis = seckill_infra::redis::ping(fulfiller.results().pool()).await;
-    seckill_web::health::readiness(&[("database", database), ("redis", redis)])
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let database = seckill_db::ping(state.fulfiller.pool()).await;
+    let redis = seckill_infra::redis::ping(state.fulfiller.results().pool()).await;
+    let broker = if state.publisher.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) };
+    seckill_web::health::readiness(&[("database", database), ("redis", redis), ("broker", broker)])
 }

@@ -12,5 +12,6 @@ diesel::table! {
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
         updated_at -> Timestamptz,
+        release_sent_at -> Nullable<Timestamptz>,
     }
 }

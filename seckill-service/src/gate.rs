@@ -51,12 +51,7 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(pool: Pool, keys: RedisKeys, timeout: Duration) -> Self {
-        Self {
-            pool,
-            scripts: Scripts::new(),
-            keys,
-            timeout,
-        }
+        Self { pool, scripts: Scripts::new(), keys, timeout }
     }
 
     pub fn pool(&self) -> &Pool {
@@ -76,13 +71,8 @@ impl Gate {
         Ok(self.pool.get().await?)
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl Future<Output = Result<T, GateError>>,
-    ) -> Result<T, GateError> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| GateError::Timeout(self.timeout))?
+    async fn bounded<T>(&self, fut: impl Future<Output = Result<T, GateError>>) -> Result<T, GateError> {
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| GateError::Timeout(self.timeout))?
     }
 
     /// Puts a sale's stock into Redis unless it is there already: a sale under way keeps its
@@ -167,35 +157,43 @@ impl Gate {
         Ok(undone == 1)
     }
 
+    /// An order's unit came back at the authority: back into the Redis stock, and the buyer
+    /// may try again. True if restored now (false: already restored, by an earlier copy).
+    pub async fn restore(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<bool, GateError> {
+        let restored: i64 = self
+            .bounded(async {
+                let mut conn = self.conn().await?;
+                Ok(self
+                    .scripts
+                    .restore
+                    .key(self.keys.stock(g))
+                    .key(self.keys.users(g))
+                    .key(self.keys.result(g, u))
+                    .arg(u.get())
+                    .arg(request_id.to_string())
+                    .invoke_async(&mut conn)
+                    .await?)
+            })
+            .await?;
+        Ok(restored == 1)
+    }
+
     /// The broker confirmed the request's message: the reconciler need not look at it.
-    pub async fn confirmed(
-        &self,
-        g: GoodsId,
-        u: UserId,
-        request_id: Uuid,
-    ) -> Result<(), GateError> {
+    pub async fn confirmed(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<(), GateError> {
         self.bounded(async {
             let mut conn = self.conn().await?;
-            let _: i64 = conn
-                .zrem(self.keys.pending(g), format!("{u}:{request_id}"))
-                .await?;
+            let _: i64 = conn.zrem(self.keys.pending(g), format!("{u}:{request_id}")).await?;
             Ok(())
         })
         .await
     }
 
     /// Reservations older than `before_ms` that the broker never confirmed.
-    pub async fn unconfirmed(
-        &self,
-        g: GoodsId,
-        before_ms: i64,
-    ) -> Result<Vec<(UserId, Uuid)>, GateError> {
+    pub async fn unconfirmed(&self, g: GoodsId, before_ms: i64) -> Result<Vec<(UserId, Uuid)>, GateError> {
         let members: Vec<String> = self
             .bounded(async {
                 let mut conn = self.conn().await?;
-                Ok(conn
-                    .zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500)
-                    .await?)
+                Ok(conn.zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500).await?)
             })
             .await?;
         Ok(members
@@ -208,12 +206,7 @@ impl Gate {
     }
 
     /// The user's path token: the live one, or a new one valid for `ttl_secs`.
-    pub async fn path_token(
-        &self,
-        g: GoodsId,
-        u: UserId,
-        ttl_secs: u64,
-    ) -> Result<String, GateError> {
+    pub async fn path_token(&self, g: GoodsId, u: UserId, ttl_secs: u64) -> Result<String, GateError> {
         let fresh = Uuid::new_v4().simple().to_string();
         self.bounded(async {
             let mut conn = self.conn().await?;

@@ -2,6 +2,7 @@
 //! sold-out flag, gates the rest with one atomic Redis script, enqueues the accepted requests
 //! with publisher confirms, and answers result polls from Redis.
 
+pub mod broadcast;
 pub mod configuration;
 pub mod gate;
 pub mod reconcile;

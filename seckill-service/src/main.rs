@@ -13,7 +13,6 @@ async fn main() -> anyhow::Result<()> {
     };
     seckill_common::telemetry::init(&settings.log);
     let app = startup::build(settings).await?;
-    app.run_until_stopped(seckill_web::shutdown_signal())
-        .await?;
+    app.run_until_stopped(seckill_web::shutdown_signal()).await?;
     Ok(())
 }

@@ -33,11 +33,7 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
                 }
             };
             for (user, request_id) in stale {
-                match state
-                    .gate
-                    .undo(sale.id(), user, request_id, Some(StoredResult::Failed))
-                    .await
-                {
+                match state.gate.undo(sale.id(), user, request_id, Some(StoredResult::Failed)).await {
                     Ok(true) => {
                         metrics::counter!("seckill_reservations_reconciled_total").increment(1);
                         sale.clear_sold_out();

@@ -10,20 +10,13 @@ use crate::state::AppState;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/readyz", web::get().to(readyz))
         .route("/api/admin/goods", web::post().to(admin::create_sale))
-        .route(
-            "/api/seckill/{goods_id}/token",
-            web::post().to(buy::path_token),
-        )
+        .route("/api/seckill/{goods_id}/token", web::post().to(buy::path_token))
         .route("/api/seckill/{goods_id}/orders", web::post().to(buy::order))
         .route("/api/seckill/{goods_id}/result", web::get().to(buy::result));
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let redis = seckill_infra::redis::ping(state.gate.pool()).await;
-    let broker = if state.publisher.is_connected().await {
-        Ok(())
-    } else {
-        Err("not connected".to_owned())
-    };
+    let broker = if state.publisher.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) };
     seckill_web::health::readiness(&[("redis", redis), ("broker", broker)])
 }

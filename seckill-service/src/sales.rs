@@ -27,10 +27,7 @@ pub struct Sale {
 
 impl Sale {
     fn new(goods: Goods) -> Self {
-        Self {
-            goods,
-            sold_out_until_ms: AtomicI64::new(0),
-        }
+        Self { goods, sold_out_until_ms: AtomicI64::new(0) }
     }
 
     pub fn id(&self) -> GoodsId {
@@ -46,10 +43,11 @@ impl Sale {
     }
 
     /// Redis said sold out: answer from memory for `recheck`, then ask Redis again (a unit
-    /// may have come back).
-    pub fn flag_sold_out(&self, now_ms: i64, recheck: Duration) {
+    /// may have come back). True when the flag was down until now (never raised, or cleared by
+    /// a restock): the moment to tell the other replicas.
+    pub fn flag_sold_out(&self, now_ms: i64, recheck: Duration) -> bool {
         let until = now_ms + i64::try_from(recheck.as_millis()).unwrap_or(i64::MAX / 2);
-        self.sold_out_until_ms.fetch_max(until, Ordering::Relaxed);
+        self.sold_out_until_ms.fetch_max(until, Ordering::Relaxed) == 0
     }
 
     pub fn clear_sold_out(&self) {
@@ -73,13 +71,7 @@ pub struct SaleBook {
 
 impl SaleBook {
     pub fn new(stock: Arc<StockClient>, gate: Arc<Gate>) -> Self {
-        Self {
-            sales: DashMap::new(),
-            unknown: DashMap::new(),
-            loading: Mutex::new(()),
-            stock,
-            gate,
-        }
+        Self { sales: DashMap::new(), unknown: DashMap::new(), loading: Mutex::new(()), stock, gate }
     }
 
     /// The sale, from memory or, on a miss, from stock-service (then loaded into Redis).
@@ -97,12 +89,7 @@ impl SaleBook {
         if self.recently_unknown(g) {
             return Err(not_found(g));
         }
-        match self
-            .stock
-            .goods(g)
-            .await
-            .map_err(|e| ApiError::unavailable("stock-service", e))?
-        {
+        match self.stock.goods(g).await.map_err(|e| ApiError::unavailable("stock-service", e))? {
             Some(goods) => Ok(self.publish(goods).await?),
             None => {
                 self.unknown.insert(g, Instant::now());
@@ -112,9 +99,7 @@ impl SaleBook {
     }
 
     fn recently_unknown(&self, g: GoodsId) -> bool {
-        self.unknown
-            .get(&g)
-            .is_some_and(|at| at.elapsed() < UNKNOWN_TTL)
+        self.unknown.get(&g).is_some_and(|at| at.elapsed() < UNKNOWN_TTL)
     }
 
     /// Makes a sale ready to sell: its stock into Redis (unless already there) and into the
@@ -155,14 +140,16 @@ impl SaleBook {
         Ok(loaded)
     }
 
+    /// The sale if this instance knows it (no call to stock-service).
+    pub fn cached(&self, g: GoodsId) -> Option<Arc<Sale>> {
+        self.sales.get(&g).map(|s| s.clone())
+    }
+
     pub fn all(&self) -> Vec<Arc<Sale>> {
         self.sales.iter().map(|e| e.value().clone()).collect()
     }
 }
 
 fn not_found(g: GoodsId) -> ApiError {
-    ApiError::new(
-        ErrorCode::GoodsNotFound,
-        format!("no sale with goods id {g}"),
-    )
+    ApiError::new(ErrorCode::GoodsNotFound, format!("no sale with goods id {g}"))
 }

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use actix_web::web;
 use anyhow::Context;
+use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
-use seckill_infra::amqp::Publisher;
+use seckill_infra::amqp::{Declare, Publisher};
+use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::stock_client::StockClient;
 use seckill_web::{Application, Lifecycle};
 
@@ -13,7 +15,7 @@ use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::gate::Gate;
 use crate::sales::SaleBook;
 use crate::state::AppState;
-use crate::{reconcile, routes};
+use crate::{broadcast, reconcile, routes};
 
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
@@ -27,17 +29,21 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         .await
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
     let stock = Arc::new(StockClient::new(&settings.upstreams)?);
-    let publisher = Publisher::connect(&settings.amqp, SERVICE)
-        .await
-        .context("cannot connect to RabbitMQ")?;
-    let names = publisher.names().clone();
+    let names = AmqpNames::new(settings.amqp.prefix.clone());
+    let publisher = Publisher::connect(
+        &settings.amqp,
+        SERVICE,
+        vec![Declare::WorkQueue(names.orders_queue()), Declare::Broadcast],
+    )
+    .await
+    .context("cannot connect to RabbitMQ")?;
     let state = web::Data::new(AppState {
         settings: settings.seckill.clone(),
         sales: SaleBook::new(stock.clone(), gate.clone()),
         gate,
         publisher,
         stock,
-        names,
+        names: names.clone(),
     });
 
     let lifecycle = Lifecycle::new();
@@ -51,6 +57,31 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         }
     });
     lifecycle.spawn(reconcile::run(state.clone(), lifecycle.cancel.clone()));
+    let restocks = ConsumerSpec {
+        name: format!("{SERVICE}-restock"),
+        source: Source::Queue(names.restock_queue()),
+        declares: vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
+        prefetch: 100,
+        batch_size: 50,
+    };
+    let s = state.clone();
+    lifecycle.spawn(consumer::run(settings.amqp.clone(), restocks, lifecycle.cancel.clone(), move |inbox| {
+        broadcast::handle_restocks(s.clone(), inbox)
+    }));
+    let broadcasts = ConsumerSpec {
+        name: format!("{SERVICE}-broadcast"),
+        source: Source::Fanout(names.broadcast_exchange()),
+        declares: vec![Declare::Broadcast],
+        prefetch: 100,
+        batch_size: 100,
+    };
+    let s = state.clone();
+    lifecycle.spawn(consumer::run(
+        settings.amqp.clone(),
+        broadcasts,
+        lifecycle.cancel.clone(),
+        move |inbox| broadcast::handle_broadcasts(s.clone(), inbox),
+    ));
     let closing = state.clone();
     let cancel = lifecycle.cancel.clone();
     lifecycle.spawn(async move {

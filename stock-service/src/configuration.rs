@@ -1,6 +1,6 @@
-//! stock-service settings: `http`, `log`, `database`.
+//! stock-service settings: `http`, `log`, `database`, `amqp`.
 
-use seckill_common::config::{self, ConfigError, DatabaseSettings, HttpSettings, LogSettings};
+use seckill_common::config::{self, AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings};
 use serde::Deserialize;
 
 pub const SERVICE: &str = "stock-service";
@@ -13,6 +13,7 @@ pub struct Settings {
     pub http: HttpSettings,
     pub log: LogSettings,
     pub database: DatabaseSettings,
+    pub amqp: AmqpSettings,
 }
 
 impl Settings {

@@ -52,9 +52,7 @@ impl TryFrom<GoodsRow> for Goods {
 
     fn try_from(row: GoodsRow) -> Result<Self, Self::Error> {
         let id = GoodsId::new(row.id).ok_or_else(|| {
-            diesel::result::Error::DeserializationError(
-                format!("goods id {} is not positive", row.id).into(),
-            )
+            diesel::result::Error::DeserializationError(format!("goods id {} is not positive", row.id).into())
         })?;
         Ok(Goods {
             id,

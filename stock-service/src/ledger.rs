@@ -37,9 +37,7 @@ pub async fn deduct_batch(
     }
     let items = items.to_vec();
     let outcomes = conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            deduct_in_tx(conn, &items).await
-        })
+        .transaction::<_, diesel::result::Error, _>(async move |conn| deduct_in_tx(conn, &items).await)
         .await?;
     Ok(outcomes)
 }
@@ -93,26 +91,15 @@ async fn deduct_in_tx(
     let claimed: HashSet<Uuid> = claimed.into_iter().collect();
 
     // Keys seen before: deducted earlier (idempotent success) or deducted and since released.
-    let seen: Vec<Uuid> = candidates
-        .iter()
-        .map(|c| c.order_key)
-        .filter(|k| !claimed.contains(k))
-        .collect();
+    let seen: Vec<Uuid> = candidates.iter().map(|c| c.order_key).filter(|k| !claimed.contains(k)).collect();
     if !seen.is_empty() {
         let rows: Vec<(Uuid, bool)> = stock_ledger::table
             .filter(stock_ledger::order_key.eq_any(&seen))
-            .select((
-                stock_ledger::order_key,
-                stock_ledger::released_at.is_not_null(),
-            ))
+            .select((stock_ledger::order_key, stock_ledger::released_at.is_not_null()))
             .load(conn)
             .await?;
         for (key, released) in rows {
-            let o = if released {
-                DeductOutcome::Released
-            } else {
-                DeductOutcome::Deducted
-            };
+            let o = if released { DeductOutcome::Released } else { DeductOutcome::Deducted };
             outcome.insert(key, o);
         }
     }
@@ -150,10 +137,7 @@ async fn deduct_in_tx(
             order_key: i.order_key,
             // Every key got an outcome above; a row that vanished between statements cannot
             // happen inside the transaction, but answering "out of stock" would be the safe side.
-            outcome: outcome
-                .get(&i.order_key)
-                .copied()
-                .unwrap_or(DeductOutcome::OutOfStock),
+            outcome: outcome.get(&i.order_key).copied().unwrap_or(DeductOutcome::OutOfStock),
         })
         .collect())
 }

@@ -12,10 +12,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/goods/{goods_id}", web::get().to(goods::get))
         .route("/api/admin/goods", web::post().to(goods::create))
         .route("/internal/stock/deduct", web::post().to(internal::deduct))
-        .route(
-            "/internal/stock/deduct-batch",
-            web::post().to(internal::deduct_batch),
-        )
+        .route("/internal/stock/deduct-batch", web::post().to(internal::deduct_batch))
         .route("/internal/stock/release", web::post().to(internal::release));
 }
 

@@ -1,11 +1,19 @@
 //! Builds stock-service from its settings: database (created and migrated on first start),
-//! pool, HTTP server.
+//! pool, the release consumer, HTTP server.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::web;
+use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
+use seckill_common::amqp::AmqpNames;
+use seckill_infra::amqp::{Declare, Publisher};
+use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_web::{Application, Lifecycle};
 
-use crate::configuration::{STANDARD_PORT, Settings};
+use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
+use crate::releases::ReleaseHandler;
 use crate::routes;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -14,10 +22,42 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let url = settings.database_url();
     seckill_db::ensure_database(&url).await?;
     seckill_db::run_migrations(&url, MIGRATIONS).await?;
-    let pool = web::Data::new(seckill_db::pool(&settings.database, &url)?);
+    let pool = seckill_db::pool(&settings.database, &url)?;
+
+    let names = AmqpNames::new(settings.amqp.prefix.clone());
+    let publisher =
+        Publisher::connect(&settings.amqp, SERVICE, vec![Declare::WorkQueue(names.restock_queue())])
+            .await
+            .context("cannot connect to RabbitMQ")?;
+    let handler = Arc::new(ReleaseHandler {
+        pool: pool.clone(),
+        publisher,
+        names: names.clone(),
+        outage_pause: Duration::from_secs(1),
+    });
+    let lifecycle = Lifecycle::new();
+    let spec = ConsumerSpec {
+        name: format!("{SERVICE}-release"),
+        source: Source::Queue(names.stock_release_queue()),
+        declares: vec![Declare::WorkQueue(names.stock_release_queue())],
+        prefetch: 100,
+        batch_size: 50,
+    };
+    let h = handler.clone();
+    lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
+        let h = h.clone();
+        async move { h.handle(inbox).await }
+    }));
+    let cancel = lifecycle.cancel.clone();
+    lifecycle.spawn(async move {
+        cancel.cancelled().await;
+        handler.publisher.close().await;
+    });
+
+    let pool = web::Data::new(pool);
     let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, move |cfg| {
         cfg.app_data(pool.clone()).configure(routes::configure);
     })?;
     tracing::info!(port, "stock-service listening");
-    Ok(Application::new(port, server, Lifecycle::new()))
+    Ok(Application::new(port, server, lifecycle))
 }

@@ -6,21 +6,25 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use seckill_testkit::TestDb;
+use seckill_common::amqp::AmqpNames;
+use seckill_testkit::{TestDb, TestNames, amqp_url};
 
 fn binary() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_stock-service"));
     // An empty folder: no config/stock-service.toml to find.
-    cmd.current_dir(std::env::temp_dir())
-        .env_remove("SECKILL_CONFIG")
-        .env_remove("RUST_LOG");
+    cmd.current_dir(std::env::temp_dir()).env_remove("SECKILL_CONFIG").env_remove("RUST_LOG");
     cmd
 }
 
 #[tokio::test]
 async fn starts_from_environment_variables_alone_and_stops_on_sigterm() {
     let db = TestDb::new("stockbin");
+    let mut names = TestNames::new();
+    let n = AmqpNames::new(names.amqp_prefix.clone());
+    names.cleanup_amqp(n.all_queues(1_800, 1_000), Vec::new());
     let mut child = binary()
+        .env("SECKILL__AMQP__URL", amqp_url())
+        .env("SECKILL__AMQP__PREFIX", &names.amqp_prefix)
         .env("SECKILL__HTTP__HOST", "127.0.0.1")
         .env("SECKILL__HTTP__PORT", "0")
         .env("SECKILL__HTTP__WORKERS", "1")
@@ -47,29 +51,19 @@ async fn starts_from_environment_variables_alone_and_stops_on_sigterm() {
     .await
     .unwrap();
 
-    let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
-        .await
-        .unwrap();
+    let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.unwrap();
     assert_eq!(ready.status(), 200);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
     assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 #[test]
 fn a_bad_value_stops_it_with_the_key_named() {
-    let out = binary()
-        .env("SECKILL__HTTP__PORT", "not-a-port")
-        .output()
-        .unwrap();
+    let out = binary().env("SECKILL__HTTP__PORT", "not-a-port").output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("port"), "names the key: {stderr}");

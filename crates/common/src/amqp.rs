@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ids::{GoodsId, UserId};
+use crate::ids::{GoodsId, OrderId, UserId};
 
 /// The version every message of this build writes; readers reject others to the dead letters.
 pub const MESSAGE_VERSION: u32 = 1;
@@ -21,17 +21,83 @@ pub struct OrderRequest {
 
 impl OrderRequest {
     pub fn new(request_id: Uuid, user_id: UserId, goods_id: GoodsId, ts: i64) -> Self {
-        Self {
-            v: MESSAGE_VERSION,
-            request_id,
-            user_id,
-            goods_id,
-            ts,
-        }
+        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts }
     }
 }
 
+/// An order to expire if still unpaid when its delay runs out (published to the delay queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderExpiry {
+    pub v: u32,
+    pub order_id: OrderId,
+}
+
+impl OrderExpiry {
+    pub fn new(order_id: OrderId) -> Self {
+        Self { v: MESSAGE_VERSION, order_id }
+    }
+}
+
+/// Why an order's unit goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseReason {
+    Cancelled,
+    Expired,
+}
+
+/// An order's unit goes back: order-service publishes it to `seckill.stock.release`;
+/// stock-service releases the deduction, then forwards it to `seckill.restock`, where
+/// seckill-service gives the unit back to the Redis stock and the buyer their right to try
+/// again. Every step is idempotent on `order_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Release {
+    pub v: u32,
+    /// The deduction's key: the buy request's id.
+    pub order_key: Uuid,
+    pub order_id: OrderId,
+    pub user_id: UserId,
+    pub goods_id: GoodsId,
+    pub reason: ReleaseReason,
+}
+
+/// What one seckill-service replica tells the others through the fanout exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BroadcastKind {
+    SoldOut,
+    Restocked,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Broadcast {
+    pub v: u32,
+    pub kind: BroadcastKind,
+    pub goods_id: GoodsId,
+}
+
+impl Broadcast {
+    pub fn new(kind: BroadcastKind, goods_id: GoodsId) -> Self {
+        Self { v: MESSAGE_VERSION, kind, goods_id }
+    }
+}
+
+/// Decodes a message body, refusing other versions: such a message goes to the dead letters.
+pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    match value.get("v").and_then(serde_json::Value::as_u64) {
+        Some(v) if v == u64::from(MESSAGE_VERSION) => {}
+        other => return Err(format!("unknown message version {other:?}")),
+    }
+    serde_json::from_value(value).map_err(|e| format!("unexpected fields: {e}"))
+}
+
 /// Queue and exchange names under an optional prefix (tests give each run its own).
+///
+/// Every queue a service consumes (a "work queue") comes with two more: `<queue>.dead`, where
+/// what cannot be processed ends (undecodable, or out of tries), and `<queue>.retry.<ms>ms`,
+/// where a message waits out a failed try before it flows back (a per-queue TTL, so one long
+/// wait never holds up a shorter one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AmqpNames {
     prefix: String,
@@ -39,29 +105,72 @@ pub struct AmqpNames {
 
 impl AmqpNames {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
-        }
+        Self { prefix: prefix.into() }
     }
 
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// Accepted buy requests (published through the default exchange).
+    /// Accepted buy requests: seckill-service publishes, order-service consumes.
     pub fn orders_queue(&self) -> String {
         format!("{}seckill.orders", self.prefix)
     }
 
     /// Where `seckill.orders` dead-letters what cannot be processed.
     pub fn orders_dead_queue(&self) -> String {
-        format!("{}seckill.orders.dead", self.prefix)
+        dead_queue(&self.orders_queue())
     }
 
-    /// Every name declared under this prefix, for clean-up in tests and tools.
-    pub fn all_queues(&self) -> Vec<String> {
-        vec![self.orders_queue(), self.orders_dead_queue()]
+    /// New orders wait here for `ttl_secs` (the queue's TTL, in its name so a changed TTL is a
+    /// new queue, not a clash), then dead-letter into the expire queue.
+    pub fn order_delay_queue(&self, ttl_secs: u64) -> String {
+        format!("{}seckill.order.delay.{ttl_secs}s", self.prefix)
     }
+
+    /// Orders whose delay ran out: order-service expires those still unpaid.
+    pub fn order_expire_queue(&self) -> String {
+        format!("{}seckill.order.expire", self.prefix)
+    }
+
+    /// Units to give back: order-service publishes, stock-service consumes.
+    pub fn stock_release_queue(&self) -> String {
+        format!("{}seckill.stock.release", self.prefix)
+    }
+
+    /// Units given back at the authority: stock-service publishes, seckill-service consumes.
+    pub fn restock_queue(&self) -> String {
+        format!("{}seckill.restock", self.prefix)
+    }
+
+    /// Fanout to every seckill-service replica ("sold out", "restocked").
+    pub fn broadcast_exchange(&self) -> String {
+        format!("{}seckill.broadcast", self.prefix)
+    }
+
+    /// Every queue named here for the given settings, for clean-up in tests and tools.
+    pub fn all_queues(&self, order_ttl_secs: u64, retry_delay_ms: u64) -> Vec<String> {
+        let work = [
+            self.orders_queue(),
+            self.order_expire_queue(),
+            self.stock_release_queue(),
+            self.restock_queue(),
+        ];
+        let mut all: Vec<String> =
+            work.iter().flat_map(|q| [q.clone(), dead_queue(q), retry_queue(q, retry_delay_ms)]).collect();
+        all.push(self.order_delay_queue(order_ttl_secs));
+        all
+    }
+}
+
+/// The dead-letter queue of a work queue.
+pub fn dead_queue(queue: &str) -> String {
+    format!("{queue}.dead")
+}
+
+/// The retry queue of a work queue for a given delay.
+pub fn retry_queue(queue: &str, delay_ms: u64) -> String {
+    format!("{queue}.retry.{delay_ms}ms")
 }
 
 #[cfg(test)]
@@ -80,5 +189,18 @@ mod tests {
         assert!(json.starts_with(r#"{"v":1,"#));
         assert_eq!(serde_json::from_str::<OrderRequest>(&json).unwrap(), m);
         assert_eq!(AmqpNames::new("t.").orders_queue(), "t.seckill.orders");
+    }
+
+    #[test]
+    fn decode_refuses_other_versions() {
+        let ok = r#"{"v":1,"kind":"sold_out","goods_id":3}"#;
+        assert_eq!(decode::<Broadcast>(ok.as_bytes()).unwrap().kind, BroadcastKind::SoldOut);
+        assert!(
+            decode::<Broadcast>(br#"{"v":2,"kind":"sold_out","goods_id":3}"#)
+                .unwrap_err()
+                .contains("version")
+        );
+        assert!(decode::<Broadcast>(b"nope").unwrap_err().contains("JSON"));
+        assert!(decode::<Broadcast>(br#"{"v":1,"kind":"x","goods_id":3}"#).is_err());
     }
 }

@@ -279,10 +279,9 @@ mod tests {
 
     #[test]
     fn deduct_quantity_defaults_to_one() {
-        let r: DeductRequest = serde_json::from_str(
-            r#"{"order_key":"67e55044-10b1-426f-9247-bb680e5fe0c8","goods_id":3}"#,
-        )
-        .unwrap();
+        let r: DeductRequest =
+            serde_json::from_str(r#"{"order_key":"67e55044-10b1-426f-9247-bb680e5fe0c8","goods_id":3}"#)
+                .unwrap();
         assert_eq!(r.quantity, 1);
     }
 
@@ -298,10 +297,7 @@ mod tests {
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
         };
-        assert_eq!(
-            g.window_at(g.start_at - chrono::Duration::seconds(1)),
-            SaleWindow::NotStarted
-        );
+        assert_eq!(g.window_at(g.start_at - chrono::Duration::seconds(1)), SaleWindow::NotStarted);
         assert_eq!(g.window_at(g.start_at), SaleWindow::Open);
         assert_eq!(g.window_at(g.end_at), SaleWindow::Ended);
     }

@@ -15,14 +15,9 @@ pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
         Ok(path) => config::File::with_name(&path).required(true),
         Err(_) => config::File::with_name(&format!("config/{service}")).required(false),
     };
-    let env = config::Environment::with_prefix("SECKILL")
-        .prefix_separator("__")
-        .separator("__")
-        .try_parsing(true);
-    let built = config::Config::builder()
-        .add_source(file)
-        .add_source(env)
-        .build()?;
+    let env =
+        config::Environment::with_prefix("SECKILL").prefix_separator("__").separator("__").try_parsing(true);
+    let built = config::Config::builder().add_source(file).add_source(env).build()?;
     Ok(built.try_deserialize()?)
 }
 
@@ -32,20 +27,12 @@ pub enum ConfigError {
     #[error("configuration: {0}")]
     Source(#[from] config::ConfigError),
     #[error("configuration key `{key}` (env {env}): {problem}")]
-    Invalid {
-        key: &'static str,
-        env: &'static str,
-        problem: String,
-    },
+    Invalid { key: &'static str, env: &'static str, problem: String },
 }
 
 impl ConfigError {
     pub fn invalid(key: &'static str, env: &'static str, problem: impl Into<String>) -> Self {
-        Self::Invalid {
-            key,
-            env,
-            problem: problem.into(),
-        }
+        Self::Invalid { key, env, problem: problem.into() }
     }
 }
 
@@ -92,10 +79,7 @@ pub struct LogSettings {
 
 impl Default for LogSettings {
     fn default() -> Self {
-        Self {
-            format: LogFormat::Pretty,
-            level: "info".into(),
-        }
+        Self { format: LogFormat::Pretty, level: "info".into() }
     }
 }
 
@@ -121,20 +105,13 @@ pub struct DatabaseSettings {
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
-        Self {
-            url: None,
-            pool_size: 16,
-            acquire_timeout_ms: 2_000,
-            statement_timeout_ms: 5_000,
-        }
+        Self { url: None, pool_size: 16, acquire_timeout_ms: 2_000, statement_timeout_ms: 5_000 }
     }
 }
 
 impl DatabaseSettings {
     pub fn url_or(&self, database: &str) -> String {
-        self.url
-            .clone()
-            .unwrap_or_else(|| format!("postgres://postgres:postgres@127.0.0.1:5432/{database}"))
+        self.url.clone().unwrap_or_else(|| format!("postgres://postgres:postgres@127.0.0.1:5432/{database}"))
     }
 
     pub fn acquire_timeout(&self) -> Duration {
@@ -184,6 +161,11 @@ pub struct AmqpSettings {
     pub publish_channels: usize,
     /// Declare quorum queues (a RabbitMQ cluster) instead of classic ones.
     pub quorum_queues: bool,
+    /// Tries a consumed message gets before it goes to its dead-letter queue (and, for a buy
+    /// request, its reservation is given back).
+    pub max_attempts: u32,
+    /// How long a message that failed a try waits before the next.
+    pub retry_delay_ms: u64,
 }
 
 impl Default for AmqpSettings {
@@ -194,6 +176,8 @@ impl Default for AmqpSettings {
             confirm_timeout_ms: 5_000,
             publish_channels: 4,
             quorum_queues: false,
+            max_attempts: 5,
+            retry_delay_ms: 1_000,
         }
     }
 }
@@ -234,10 +218,7 @@ impl Default for UpstreamSettings {
 
 /// Splits `a, b,c` into trimmed URLs without a trailing slash.
 pub fn split_urls(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(|s| s.trim().trim_end_matches('/').to_owned())
-        .filter(|s| !s.is_empty())
-        .collect()
+    list.split(',').map(|s| s.trim().trim_end_matches('/').to_owned()).filter(|s| !s.is_empty()).collect()
 }
 
 #[cfg(test)]
@@ -246,10 +227,7 @@ mod tests {
 
     #[test]
     fn urls_split_and_trim() {
-        assert_eq!(
-            split_urls(" http://a:1/ , http://b:2,"),
-            vec!["http://a:1", "http://b:2"]
-        );
+        assert_eq!(split_urls(" http://a:1/ , http://b:2,"), vec!["http://a:1", "http://b:2"]);
         assert!(split_urls("").is_empty());
     }
 }

@@ -11,10 +11,7 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code: code.as_str().to_owned(),
-            message: message.into(),
-        }
+        Self { code: code.as_str().to_owned(), message: message.into() }
     }
 }
 
@@ -112,10 +109,7 @@ mod tests {
     #[test]
     fn body_serializes_code_as_upper_snake() {
         let body = ErrorBody::new(ErrorCode::SoldOut, "gone");
-        assert_eq!(
-            serde_json::to_string(&body).unwrap(),
-            r#"{"code":"SOLD_OUT","message":"gone"}"#
-        );
+        assert_eq!(serde_json::to_string(&body).unwrap(), r#"{"code":"SOLD_OUT","message":"gone"}"#);
         assert_eq!(ErrorCode::SoldOut.status(), 410);
         assert_eq!(ErrorCode::NotStarted.status(), 425);
     }

@@ -13,9 +13,7 @@ pub struct RedisKeys {
 
 impl RedisKeys {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
-        }
+        Self { prefix: prefix.into() }
     }
 
     pub fn prefix(&self) -> &str {

@@ -61,12 +61,26 @@ return 0
 /// A claimed request that ends without an order: the user may try again; the unit goes back to
 /// the Redis stock only when it exists at the authority (`give_back` = '1').
 /// KEYS: stock, users, result. ARGV: user, request id, give_back.
+/// Also takes an unclaimed reservation of the same request (a message that ran out of tries
+/// before its claim succeeded).
 pub const FAIL_CLAIMED: &str = r"
-if redis.call('HGET', KEYS[2], ARGV[1]) == 'c:' .. ARGV[2] then
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held == 'c:' .. ARGV[2] or held == ARGV[2] then
   redis.call('HDEL', KEYS[2], ARGV[1])
   if ARGV[3] == '1' then redis.call('INCR', KEYS[1]) end
 end
 redis.call('SET', KEYS[3], 'failed')
+return 1
+";
+
+/// An order's unit came back at the authority (cancelled or expired): back to the Redis stock,
+/// and the buyer may try again. Idempotent: only the reservation of that request is undone.
+/// KEYS: stock, users, result. ARGV: user, request id. Returns 1 if restored now.
+pub const RESTORE: &str = r"
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= 'c:' .. ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('INCR', KEYS[1])
+redis.call('DEL', KEYS[3])
 return 1
 ";
 
@@ -92,10 +106,7 @@ impl StoredResult {
         match s {
             "queued" => Some(Self::Queued),
             "failed" => Some(Self::Failed),
-            _ => s
-                .strip_prefix("success:")
-                .and_then(|id| id.parse().ok())
-                .map(Self::Success),
+            _ => s.strip_prefix("success:").and_then(|id| id.parse().ok()).map(Self::Success),
         }
     }
 
@@ -114,11 +125,7 @@ mod tests {
 
     #[test]
     fn stored_results_round_trip() {
-        for r in [
-            StoredResult::Queued,
-            StoredResult::Success(42),
-            StoredResult::Failed,
-        ] {
+        for r in [StoredResult::Queued, StoredResult::Success(42), StoredResult::Failed] {
             assert_eq!(StoredResult::parse(&r.encode()), Some(r));
         }
         assert_eq!(StoredResult::parse("success:x"), None);

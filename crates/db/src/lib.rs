@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use diesel::ConnectionError;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
-use diesel_async::pooled_connection::deadpool::{Object, Pool, PoolError};
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
@@ -16,6 +16,7 @@ use seckill_web::ApiError;
 
 pub type PgPool = Pool<AsyncPgConnection>;
 pub type PgConn = Object<AsyncPgConnection>;
+pub use diesel_async::pooled_connection::deadpool::PoolError;
 
 /// A pool whose connections carry `statement_timeout`, so a stuck query cannot hold a
 /// connection (and a hot row's lock) for ever.
@@ -33,8 +34,7 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
             Ok(conn)
         })
     });
-    let manager =
-        AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, manager_config);
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, manager_config);
     Ok(Pool::builder(manager)
         .max_size(settings.pool_size.max(1))
         .wait_timeout(Some(settings.acquire_timeout()))
@@ -55,9 +55,8 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
         }
         Err(_) => {}
     }
-    let (server, name) = url
-        .rsplit_once('/')
-        .ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
+    let (server, name) =
+        url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
     let name = name.split('?').next().unwrap_or(name);
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         anyhow::bail!("database name `{name}` must be letters, digits and underscores");
@@ -65,10 +64,7 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
     let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the maintenance database: {e}"))?;
-    match diesel::sql_query(format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await
-    {
+    match diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await {
         Ok(_) => tracing::info!(database = name, "created database"),
         // Two replicas starting together: the other one created it.
         Err(e) if e.to_string().contains("already exists") => {}
@@ -83,11 +79,9 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
 pub async fn run_migrations(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut conn =
-            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)?;
-        let applied = conn
-            .run_pending_migrations(migrations)
-            .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+        let mut conn = <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)?;
+        let applied =
+            conn.run_pending_migrations(migrations).map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
         for m in applied {
             tracing::info!(migration = %m, "applied migration");
         }
@@ -109,9 +103,7 @@ pub fn pool_error(e: PoolError) -> ApiError {
 pub fn query_error(e: diesel::result::Error) -> ApiError {
     use diesel::result::{DatabaseErrorKind, Error};
     match &e {
-        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
-            ApiError::unavailable("database", e)
-        }
+        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => ApiError::unavailable("database", e),
         Error::DatabaseError(_, info) if info.message().contains("statement timeout") => {
             ApiError::unavailable("database", e)
         }
@@ -123,9 +115,22 @@ pub fn query_error(e: diesel::result::Error) -> ApiError {
 /// `/readyz` check: a connection from the pool answers `SELECT 1`.
 pub async fn ping(pool: &PgPool) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| e.to_string())?;
-    diesel::sql_query("SELECT 1")
-        .execute(&mut conn)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    diesel::sql_query("SELECT 1").execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// True when the error chain holds a database outage: no connection from the pool in time, a
+/// lost connection, a statement timeout. Consumers then hand messages back without counting a
+/// try against them.
+pub fn is_outage(e: &anyhow::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind, Error};
+    e.chain().any(|cause| {
+        if let Some(e) = cause.downcast_ref::<Error>() {
+            return match e {
+                Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
+                Error::DatabaseError(_, info) => info.message().contains("statement timeout"),
+                _ => false,
+            };
+        }
+        cause.is::<PoolError>()
+    })
 }

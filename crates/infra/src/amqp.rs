@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lapin::Confirmation;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use seckill_common::amqp::AmqpNames;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use seckill_common::amqp::{AmqpNames, dead_queue, retry_queue};
 use seckill_common::config::AmqpSettings;
 use tokio::sync::{Mutex, RwLock};
 
@@ -19,48 +21,91 @@ pub async fn connect(url: &str, service: &str) -> lapin::Result<Connection> {
     Connection::connect(url, props).await
 }
 
-/// Declares every queue the services use; idempotent, so each service calls it at start and
-/// after reconnecting, in any order. Queues are durable; quorum queues on request (a cluster).
-pub async fn declare_topology(
+/// What a service declares at start and after reconnecting. Declaring is idempotent, so every
+/// service declares what it publishes to and consumes from, in any order; the arguments of each
+/// queue are set here and nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declare {
+    /// A queue some service consumes, with its dead-letter and retry queues.
+    WorkQueue(String),
+    /// The delay queue of new orders (TTL `ttl_secs`), dead-lettering into the expire queue.
+    OrderDelay { ttl_secs: u64 },
+    /// The fanout exchange of the seckill-service replicas.
+    Broadcast,
+}
+
+pub async fn declare(
     channel: &Channel,
     names: &AmqpNames,
     settings: &AmqpSettings,
+    what: &[Declare],
 ) -> lapin::Result<()> {
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    let mut dead = FieldTable::default();
-    queue_type(&mut dead, settings);
-    channel
-        .queue_declare(names.orders_dead_queue().into(), durable, dead)
-        .await?;
-
-    let mut orders = FieldTable::default();
-    queue_type(&mut orders, settings);
-    // What the consumer rejects (undecodable, unknown version, out of tries) goes to the dead
-    // letters with the broker's x-death record of where it came from.
-    orders.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString(LongString::from("")),
-    );
-    orders.insert(
-        "x-dead-letter-routing-key".into(),
-        AMQPValue::LongString(LongString::from(names.orders_dead_queue())),
-    );
-    channel
-        .queue_declare(names.orders_queue().into(), durable, orders)
-        .await?;
+    for d in what {
+        match d {
+            Declare::WorkQueue(queue) => declare_work_queue(channel, queue, settings).await?,
+            Declare::OrderDelay { ttl_secs } => {
+                let expire = names.order_expire_queue();
+                declare_work_queue(channel, &expire, settings).await?;
+                let mut args = base_args(settings);
+                args.insert(
+                    "x-message-ttl".into(),
+                    AMQPValue::LongLongInt(i64::try_from(ttl_secs * 1000).unwrap_or(i64::MAX)),
+                );
+                dead_letter_to(&mut args, &expire);
+                queue(channel, &names.order_delay_queue(*ttl_secs), args).await?;
+            }
+            Declare::Broadcast => {
+                channel
+                    .exchange_declare(
+                        names.broadcast_exchange().into(),
+                        ExchangeKind::Fanout,
+                        ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
+                        FieldTable::default(),
+                    )
+                    .await?;
+            }
+        }
+    }
     Ok(())
 }
 
-fn queue_type(args: &mut FieldTable, settings: &AmqpSettings) {
+/// `<queue>` dead-letters what it rejects into `<queue>.dead`; `<queue>.retry.<ms>ms` holds a
+/// message for the retry delay, then dead-letters it back into `<queue>`.
+async fn declare_work_queue(channel: &Channel, name: &str, settings: &AmqpSettings) -> lapin::Result<()> {
+    let dead = dead_queue(name);
+    queue(channel, &dead, base_args(settings)).await?;
+
+    let mut retry = base_args(settings);
+    retry.insert(
+        "x-message-ttl".into(),
+        AMQPValue::LongLongInt(i64::try_from(settings.retry_delay_ms).unwrap_or(i64::MAX)),
+    );
+    dead_letter_to(&mut retry, name);
+    queue(channel, &retry_queue(name, settings.retry_delay_ms), retry).await?;
+
+    let mut main = base_args(settings);
+    dead_letter_to(&mut main, &dead);
+    queue(channel, name, main).await
+}
+
+async fn queue(channel: &Channel, name: &str, args: FieldTable) -> lapin::Result<()> {
+    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(name.into(), durable, args).await.map(|_| ())
+}
+
+fn base_args(settings: &AmqpSettings) -> FieldTable {
+    let mut args = FieldTable::default();
     if settings.quorum_queues {
-        args.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
+        args.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from("quorum")));
     }
+    args
+}
+
+/// Dead letters go through the default exchange straight to `queue`, with the broker's
+/// `x-death` record of where they came from.
+fn dead_letter_to(args: &mut FieldTable, queue: &str) {
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(LongString::from("")));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(LongString::from(queue)));
 }
 
 /// Why a message may not have reached the broker's disk.
@@ -90,6 +135,7 @@ pub struct Publisher {
     settings: AmqpSettings,
     names: AmqpNames,
     service: String,
+    declares: Vec<Declare>,
     link: RwLock<Arc<Link>>,
     reconnecting: Mutex<Option<Instant>>,
     next: AtomicUsize,
@@ -99,13 +145,19 @@ pub struct Publisher {
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 impl Publisher {
-    pub async fn connect(settings: &AmqpSettings, service: &str) -> anyhow::Result<Self> {
+    /// Connects and declares `declares` (what this service publishes to).
+    pub async fn connect(
+        settings: &AmqpSettings,
+        service: &str,
+        declares: Vec<Declare>,
+    ) -> anyhow::Result<Self> {
         let names = AmqpNames::new(settings.prefix.clone());
-        let link = open_link(settings, &names, service).await?;
+        let link = open_link(settings, &names, service, &declares).await?;
         Ok(Self {
             settings: settings.clone(),
             names,
             service: service.to_owned(),
+            declares,
             link: RwLock::new(Arc::new(link)),
             reconnecting: Mutex::new(None),
             next: AtomicUsize::new(0),
@@ -128,20 +180,27 @@ impl Publisher {
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<(), PublishError> {
+        self.publish_to("", queue, body, properties).await
+    }
+
+    /// As [`Self::publish`], to an exchange.
+    pub async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<(), PublishError> {
         let timeout = Duration::from_millis(self.settings.confirm_timeout_ms);
         let link = self.current_link().await?;
-        let channel =
-            &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];
+        let channel = &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];
         let properties = properties.with_delivery_mode(2);
         let confirmed = tokio::time::timeout(timeout, async {
             let confirm = channel
                 .basic_publish(
-                    ShortString::from(""),
-                    ShortString::from(queue),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
+                    ShortString::from(exchange),
+                    ShortString::from(routing_key),
+                    BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
                     body,
                     properties,
                 )
@@ -177,7 +236,7 @@ impl Publisher {
         }
         *last_attempt = Some(Instant::now());
         tracing::warn!("broker connection lost: reconnecting the publisher");
-        let fresh = Arc::new(open_link(&self.settings, &self.names, &self.service).await?);
+        let fresh = Arc::new(open_link(&self.settings, &self.names, &self.service, &self.declares).await?);
         *self.link.write().await = fresh.clone();
         tracing::info!("publisher reconnected");
         Ok(fresh)
@@ -193,19 +252,15 @@ async fn open_link(
     settings: &AmqpSettings,
     names: &AmqpNames,
     service: &str,
+    declares: &[Declare],
 ) -> lapin::Result<Link> {
-    let connection = connect(&settings.url, service).await?;
+    let connection = connect(&settings.url, &format!("{}{service}", names.prefix())).await?;
     let mut channels = Vec::with_capacity(settings.publish_channels.max(1));
     for _ in 0..settings.publish_channels.max(1) {
         let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
         channels.push(channel);
     }
-    declare_topology(&channels[0], names, settings).await?;
-    Ok(Link {
-        connection,
-        channels,
-    })
+    declare(&channels[0], names, settings, declares).await?;
+    Ok(Link { connection, channels })
 }

@@ -3,5 +3,26 @@
 //! a publisher that waits for the broker's confirms, and the typed client of stock-service.
 
 pub mod amqp;
+pub mod consumer;
 pub mod redis;
 pub mod stock_client;
+
+/// True when the error chain holds an outage of Redis, the broker or stock-service (after its
+/// retries): consumers then hand messages back without counting a try against them.
+pub fn is_outage(e: &anyhow::Error) -> bool {
+    use deadpool_redis::redis::RedisError;
+    e.chain().any(|cause| {
+        if let Some(e) = cause.downcast_ref::<RedisError>() {
+            return e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout();
+        }
+        if let Some(e) = cause.downcast_ref::<stock_client::StockError>() {
+            return matches!(e, stock_client::StockError::Unavailable(_));
+        }
+        cause.is::<deadpool_redis::PoolError>()
+            || cause.is::<amqp::PublishError>()
+            || cause.is::<lapin::Error>()
+    })
+}

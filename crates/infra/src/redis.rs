@@ -21,11 +21,7 @@ pub fn pool(settings: &RedisSettings) -> anyhow::Result<Pool> {
 /// `/readyz` check.
 pub async fn ping(pool: &Pool) -> Result<(), String> {
     let mut conn = pool.get().await.map_err(|e| e.to_string())?;
-    redis::cmd("PING")
-        .query_async::<String>(&mut conn)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// The buy-path scripts (see `seckill_common::scripts`), hashed once.
@@ -34,6 +30,7 @@ pub struct Scripts {
     pub undo: Script,
     pub claim: Script,
     pub fail_claimed: Script,
+    pub restore: Script,
     pub path_token: Script,
 }
 
@@ -50,6 +47,7 @@ impl Scripts {
             undo: Script::new(scripts::UNDO),
             claim: Script::new(scripts::CLAIM),
             fail_claimed: Script::new(scripts::FAIL_CLAIMED),
+            restore: Script::new(scripts::RESTORE),
             path_token: Script::new(scripts::PATH_TOKEN),
         }
     }
@@ -58,13 +56,8 @@ impl Scripts {
     /// reload by themselves on NOSCRIPT (after a Redis restart); pipelines call this again.
     pub async fn load(&self, pool: &Pool) -> anyhow::Result<()> {
         let mut conn = pool.get().await?;
-        for s in [
-            &self.reserve,
-            &self.undo,
-            &self.claim,
-            &self.fail_claimed,
-            &self.path_token,
-        ] {
+        for s in [&self.reserve, &self.undo, &self.claim, &self.fail_claimed, &self.restore, &self.path_token]
+        {
             s.prepare_invoke().load_async(&mut conn).await?;
         }
         Ok(())

@@ -44,10 +44,7 @@ pub struct StockClient {
 impl StockClient {
     pub fn new(settings: &UpstreamSettings) -> anyhow::Result<Self> {
         let replicas = split_urls(&settings.stock);
-        anyhow::ensure!(
-            !replicas.is_empty(),
-            "upstreams.stock (SECKILL__UPSTREAMS__STOCK) names no URL"
-        );
+        anyhow::ensure!(!replicas.is_empty(), "upstreams.stock (SECKILL__UPSTREAMS__STOCK) names no URL");
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
             .timeout(Duration::from_millis(settings.timeout_ms))
@@ -59,12 +56,7 @@ impl StockClient {
             .with_max_delay(Duration::from_secs(2))
             .with_max_times(5)
             .with_jitter();
-        Ok(Self {
-            http,
-            replicas,
-            next: AtomicUsize::new(0),
-            backoff,
-        })
+        Ok(Self { http, replicas, next: AtomicUsize::new(0), backoff })
     }
 
     fn base(&self) -> &str {
@@ -86,28 +78,19 @@ impl StockClient {
         for (name, value) in extra {
             req = req.header(*name, value);
         }
-        let res = req
-            .send()
-            .await
-            .map_err(|e| StockError::Unavailable(e.to_string()))?;
+        let res = req.send().await.map_err(|e| StockError::Unavailable(e.to_string()))?;
         let status = res.status();
         if status.is_success() {
-            return res
-                .json()
-                .await
-                .map_err(|e| StockError::Protocol(e.to_string()));
+            return res.json().await.map_err(|e| StockError::Protocol(e.to_string()));
         }
         if status.is_server_error() {
             return Err(StockError::Unavailable(format!("answered {status}")));
         }
-        let body = res.json::<ErrorBody>().await.unwrap_or_else(|_| ErrorBody {
-            code: "UNKNOWN".into(),
-            message: format!("answered {status}"),
-        });
-        Err(StockError::Refused {
-            status: status.as_u16(),
-            body,
-        })
+        let body = res
+            .json::<ErrorBody>()
+            .await
+            .unwrap_or_else(|_| ErrorBody { code: "UNKNOWN".into(), message: format!("answered {status}") });
+        Err(StockError::Refused { status: status.as_u16(), body })
     }
 
     /// An idempotent call, retried on unavailability.
@@ -120,20 +103,17 @@ impl StockClient {
         (|| self.call::<B, T>(method.clone(), path, body, &[]))
             .retry(self.backoff)
             .when(StockError::retryable)
-            .notify(|e, after| tracing::warn!(error = %e, ?after, path, "stock-service call failed, retrying"))
+            .notify(
+                |e, after| tracing::warn!(error = %e, ?after, path, "stock-service call failed, retrying"),
+            )
             .await
     }
 
     /// The goods, or None if stock-service knows no such id.
     pub async fn goods(&self, id: GoodsId) -> Result<Option<Goods>, StockError> {
-        match self
-            .retried::<(), Goods>(Method::GET, &format!("/api/goods/{id}"), None)
-            .await
-        {
+        match self.retried::<(), Goods>(Method::GET, &format!("/api/goods/{id}"), None).await {
             Ok(g) => Ok(Some(g)),
-            Err(StockError::Refused { status, .. }) if status == StatusCode::NOT_FOUND.as_u16() => {
-                Ok(None)
-            }
+            Err(StockError::Refused { status, .. }) if status == StatusCode::NOT_FOUND.as_u16() => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -144,40 +124,23 @@ impl StockClient {
 
     /// Creates a sale on behalf of an admin (stock-service checks the role again). Not
     /// idempotent, so not retried: a failure is reported to the admin, who may try again.
-    pub async fn create_goods(
-        &self,
-        new: &NewGoods,
-        user_id: &str,
-        role: &str,
-    ) -> Result<Goods, StockError> {
-        let extra = [
-            (headers::USER_ID, user_id.to_owned()),
-            (headers::USER_ROLE, role.to_owned()),
-        ];
-        self.call(Method::POST, "/api/admin/goods", Some(new), &extra)
-            .await
+    pub async fn create_goods(&self, new: &NewGoods, user_id: &str, role: &str) -> Result<Goods, StockError> {
+        let extra = [(headers::USER_ID, user_id.to_owned()), (headers::USER_ROLE, role.to_owned())];
+        self.call(Method::POST, "/api/admin/goods", Some(new), &extra).await
     }
 
     /// Deducts many keys in one call; idempotent on each key, so retried.
-    pub async fn deduct_batch(
-        &self,
-        items: Vec<DeductRequest>,
-    ) -> Result<Vec<DeductItemResult>, StockError> {
+    pub async fn deduct_batch(&self, items: Vec<DeductRequest>) -> Result<Vec<DeductItemResult>, StockError> {
         let body = DeductBatchRequest { items };
-        let res: DeductBatchResponse = self
-            .retried(Method::POST, "/internal/stock/deduct-batch", Some(&body))
-            .await?;
+        let res: DeductBatchResponse =
+            self.retried(Method::POST, "/internal/stock/deduct-batch", Some(&body)).await?;
         Ok(res.results)
     }
 
     /// Gives a key's stock back; idempotent, so retried. True if this call released it.
     pub async fn release(&self, order_key: uuid::Uuid) -> Result<bool, StockError> {
         let res: ReleaseResponse = self
-            .retried(
-                Method::POST,
-                "/internal/stock/release",
-                Some(&ReleaseRequest { order_key }),
-            )
+            .retried(Method::POST, "/internal/stock/release", Some(&ReleaseRequest { order_key }))
             .await?;
         Ok(res.released)
     }

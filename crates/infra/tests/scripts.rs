@@ -3,9 +3,7 @@
 use deadpool_redis::redis::{self, AsyncCommands};
 use futures_util::future::join_all;
 use seckill_common::keys::RedisKeys;
-use seckill_common::scripts::{
-    RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED, RESERVE_SOLD_OUT,
-};
+use seckill_common::scripts::{RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED, RESERVE_SOLD_OUT};
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::redis::{Scripts, pool};
 use seckill_testkit::{TestNames, redis_url};
@@ -112,43 +110,19 @@ impl Fixture {
     }
 
     async fn stock(&self) -> Option<i64> {
-        self.pool
-            .get()
-            .await
-            .unwrap()
-            .get(self.keys.stock(self.g))
-            .await
-            .unwrap()
+        self.pool.get().await.unwrap().get(self.keys.stock(self.g)).await.unwrap()
     }
 
     async fn holders(&self) -> i64 {
-        self.pool
-            .get()
-            .await
-            .unwrap()
-            .hlen(self.keys.users(self.g))
-            .await
-            .unwrap()
+        self.pool.get().await.unwrap().hlen(self.keys.users(self.g)).await.unwrap()
     }
 
     async fn result(&self, user: UserId) -> Option<String> {
-        self.pool
-            .get()
-            .await
-            .unwrap()
-            .get(self.keys.result(self.g, user))
-            .await
-            .unwrap()
+        self.pool.get().await.unwrap().get(self.keys.result(self.g, user)).await.unwrap()
     }
 
     async fn pending(&self) -> i64 {
-        self.pool
-            .get()
-            .await
-            .unwrap()
-            .zcard(self.keys.pending(self.g))
-            .await
-            .unwrap()
+        self.pool.get().await.unwrap().zcard(self.keys.pending(self.g)).await.unwrap()
     }
 }
 
@@ -156,11 +130,7 @@ impl Fixture {
 async fn reserve_takes_the_last_unit_then_says_sold_out() {
     let f = fixture(Some(2)).await;
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, 1);
-    assert_eq!(
-        f.reserve(u(2), Uuid::new_v4(), "").await,
-        0,
-        "the last unit"
-    );
+    assert_eq!(f.reserve(u(2), Uuid::new_v4(), "").await, 0, "the last unit");
     assert_eq!(f.reserve(u(3), Uuid::new_v4(), "").await, RESERVE_SOLD_OUT);
     assert_eq!(f.stock().await, Some(0), "never below zero");
     assert_eq!(f.holders().await, 2);
@@ -181,10 +151,7 @@ async fn a_repeat_click_never_touches_the_stock() {
 #[tokio::test]
 async fn an_unloaded_sale_is_reported_and_not_created() {
     let f = fixture(None).await;
-    assert_eq!(
-        f.reserve(u(1), Uuid::new_v4(), "").await,
-        RESERVE_NOT_LOADED
-    );
+    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, RESERVE_NOT_LOADED);
     assert_eq!(f.stock().await, None, "no counter conjured below zero");
     assert_eq!(f.holders().await, 0);
 }
@@ -213,17 +180,10 @@ async fn a_wrong_path_token_consumes_nothing_and_the_right_one_is_single_use() {
         .await
         .unwrap();
     assert_eq!(again, "tok-1", "the unused token is handed out again");
-    assert_eq!(
-        f.reserve(u(1), Uuid::new_v4(), "wrong").await,
-        RESERVE_BAD_TOKEN
-    );
+    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "wrong").await, RESERVE_BAD_TOKEN);
     assert_eq!(f.stock().await, Some(5));
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "tok-1").await, 4);
-    assert_eq!(
-        f.reserve(u(1), Uuid::new_v4(), "tok-1").await,
-        RESERVE_BAD_TOKEN,
-        "used up"
-    );
+    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "tok-1").await, RESERVE_BAD_TOKEN, "used up");
 }
 
 #[tokio::test]
@@ -231,10 +191,7 @@ async fn concurrent_reserves_sell_exactly_the_stock() {
     let f = fixture(Some(50)).await;
     let outcomes = join_all((1..=400).map(|i| f.reserve(u(i), Uuid::new_v4(), ""))).await;
     assert_eq!(outcomes.iter().filter(|c| **c >= 0).count(), 50);
-    assert_eq!(
-        outcomes.iter().filter(|c| **c == RESERVE_SOLD_OUT).count(),
-        350
-    );
+    assert_eq!(outcomes.iter().filter(|c| **c == RESERVE_SOLD_OUT).count(), 350);
     assert_eq!(f.stock().await, Some(0));
     assert_eq!(f.holders().await, 50);
 }
@@ -258,22 +215,10 @@ async fn undo_and_claim_exclude_each_other() {
     f.reserve(u(2), rid, "").await;
     assert_eq!(f.claim(u(2), rid).await, 1);
     assert_eq!(f.undo(u(2), rid).await, 0);
-    assert_eq!(
-        f.claim(u(2), rid).await,
-        1,
-        "idempotent for the same request"
-    );
-    assert_eq!(
-        f.claim(u(2), Uuid::new_v4()).await,
-        0,
-        "another request id never claims it"
-    );
+    assert_eq!(f.claim(u(2), rid).await, 1, "idempotent for the same request");
+    assert_eq!(f.claim(u(2), Uuid::new_v4()).await, 0, "another request id never claims it");
     assert_eq!(f.stock().await, Some(2));
-    assert_eq!(
-        f.pending().await,
-        0,
-        "claim and undo clear the pending entry"
-    );
+    assert_eq!(f.pending().await, 0, "claim and undo clear the pending entry");
 }
 
 #[tokio::test]
@@ -298,11 +243,7 @@ async fn a_failed_claimed_request_frees_the_user_and_gives_back_only_when_asked(
 async fn scripts_reload_after_a_script_flush() {
     let f = fixture(Some(1)).await;
     let mut c = f.pool.get().await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut c).await.unwrap();
     // A single invocation reloads by itself on NOSCRIPT.
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, 0);
 }

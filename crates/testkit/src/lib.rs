@@ -24,8 +24,7 @@ pub fn redis_url() -> String {
 }
 
 pub fn amqp_url() -> String {
-    std::env::var("SECKILL_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    std::env::var("SECKILL_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
 /// A short unique tag for this test's names (`t1a2b3c4d`).
@@ -120,8 +119,7 @@ async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
     let client = redis::Client::open(redis_url())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let keys: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> =
-            redis::AsyncCommands::scan_match(&mut conn, pattern).await?;
+        let mut iter: redis::AsyncIter<String> = redis::AsyncCommands::scan_match(&mut conn, pattern).await?;
         let mut keys = Vec::new();
         while let Some(k) = iter.next_item().await {
             keys.push(k?);
@@ -129,10 +127,7 @@ async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
         keys
     };
     for chunk in keys.chunks(500) {
-        redis::cmd("DEL")
-            .arg(chunk)
-            .query_async::<()>(&mut conn)
-            .await?;
+        redis::cmd("DEL").arg(chunk).query_async::<()>(&mut conn).await?;
     }
     Ok(())
 }
@@ -141,18 +136,13 @@ async fn delete_amqp(queues: &[String], exchanges: &[String]) -> anyhow::Result<
     if queues.is_empty() && exchanges.is_empty() {
         return Ok(());
     }
-    let conn =
-        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await?;
+    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await?;
     let channel = conn.create_channel().await?;
     for q in queues {
-        let _ = channel
-            .queue_delete(q.as_str().into(), Default::default())
-            .await;
+        let _ = channel.queue_delete(q.as_str().into(), Default::default()).await;
     }
     for e in exchanges {
-        let _ = channel
-            .exchange_delete(e.as_str().into(), Default::default())
-            .await;
+        let _ = channel.exchange_delete(e.as_str().into(), Default::default()).await;
     }
     let _ = conn.close(200, "test done".into()).await;
     Ok(())
@@ -165,10 +155,7 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let handle = std::thread::spawn(move || {
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
             rt.block_on(fut);
         }
     });
@@ -224,11 +211,7 @@ impl RunningService {
             Ok(Err(e)) => panic!("service failed to start: {e}"),
             Err(_) => panic!("service thread ended before it started"),
         };
-        Self {
-            port,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
+        Self { port, stop: Some(stop_tx), thread: Some(thread) }
     }
 
     pub fn url(&self) -> String {

@@ -14,11 +14,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            cause: None,
-        }
+        Self { code, message: message.into(), cause: None }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -37,11 +33,7 @@ impl ApiError {
 
     /// Something that should not happen: 500 for the client, the cause in the log.
     pub fn internal(cause: impl Into<anyhow::Error>) -> Self {
-        Self {
-            code: ErrorCode::Internal,
-            message: "internal error".into(),
-            cause: Some(cause.into()),
-        }
+        Self { code: ErrorCode::Internal, message: "internal error".into(), cause: Some(cause.into()) }
     }
 
     pub fn with_cause(mut self, cause: impl Into<anyhow::Error>) -> Self {

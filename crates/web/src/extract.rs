@@ -12,28 +12,24 @@ use crate::ApiError;
 
 /// JSON bodies: size limit from config; malformed or oversized bodies answered with a code.
 pub fn json_config(limit: usize) -> web::JsonConfig {
-    web::JsonConfig::default()
-        .limit(limit)
-        .error_handler(|err, _req| {
-            let api = match &err {
-                JsonPayloadError::Overflow { .. }
-                | JsonPayloadError::OverflowKnownLength { .. } => {
-                    ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
-                }
-                JsonPayloadError::ContentType => {
-                    ApiError::invalid("expected a JSON body with content-type application/json")
-                }
-                other => ApiError::invalid(format!("invalid JSON body: {other}")),
-            };
-            api.into()
-        })
+    web::JsonConfig::default().limit(limit).error_handler(|err, _req| {
+        let api = match &err {
+            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
+                ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
+            }
+            JsonPayloadError::ContentType => {
+                ApiError::invalid("expected a JSON body with content-type application/json")
+            }
+            other => ApiError::invalid(format!("invalid JSON body: {other}")),
+        };
+        api.into()
+    })
 }
 
 /// Path segments that do not parse (a negative or non-numeric id) are 400, not 404 or 500.
 pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default().error_handler(|err: PathError, _req| {
-        ApiError::invalid(format!("invalid path: {err}")).into()
-    })
+    web::PathConfig::default()
+        .error_handler(|err: PathError, _req| ApiError::invalid(format!("invalid path: {err}")).into())
 }
 
 pub fn query_config() -> web::QueryConfig {
@@ -54,10 +50,7 @@ impl AuthUser {
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match self.role {
             Role::Admin => Ok(()),
-            Role::User => Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "an admin token is required",
-            )),
+            Role::User => Err(ApiError::new(ErrorCode::Forbidden, "an admin token is required")),
         }
     }
 }

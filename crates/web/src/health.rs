@@ -26,11 +26,7 @@ pub fn readiness(checks: &[Check]) -> HttpResponse {
         details.insert((*name).to_owned(), value);
     }
     let body = json!({"status": if ready { "ready" } else { "unavailable" }, "checks": details});
-    if ready {
-        HttpResponse::Ok().json(body)
-    } else {
-        HttpResponse::ServiceUnavailable().json(body)
-    }
+    if ready { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {

@@ -15,9 +15,7 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         PrometheusBuilder::new()
-            .set_buckets(&[
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            ])
+            .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
             .expect("static buckets are valid")
             .install_recorder()
             .expect("the Prometheus recorder is installed once per process")
@@ -26,9 +24,7 @@ pub fn handle() -> &'static PrometheusHandle {
 
 /// `GET /metrics`.
 pub async fn render() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(handle().render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(handle().render())
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -44,14 +40,10 @@ pub async fn middleware(
     let started = Instant::now();
     let method = req.method().as_str().to_owned();
     let res = next.call(req).await?;
-    let route = res
-        .request()
-        .match_pattern()
-        .unwrap_or_else(|| "unmatched".into());
+    let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
     let status = res.status().as_u16().to_string();
     let labels = [("method", method), ("route", route), ("status", status)];
     metrics::counter!("http_requests_total", &labels).increment(1);
-    metrics::histogram!("http_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!("http_request_duration_seconds", &labels).record(started.elapsed().as_secs_f64());
     Ok(res)
 }

@@ -33,8 +33,7 @@ pub async fn middleware(
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.path());
     let mut res = next.call(req).instrument(span).await?;
     if let Ok(value) = HeaderValue::from_str(&id) {
-        res.headers_mut()
-            .insert(HeaderName::from_static(headers::REQUEST_ID), value);
+        res.headers_mut().insert(HeaderName::from_static(headers::REQUEST_ID), value);
     }
     Ok(res)
 }

@@ -15,11 +15,7 @@ use crate::{ApiError, extract, health, metrics, request_id};
 
 /// Binds the server (port 0 asks the OS) and returns it unstarted with the port it got.
 /// `configure` adds the service's own routes and app data to every worker's app.
-pub fn serve<F>(
-    settings: &HttpSettings,
-    standard_port: u16,
-    configure: F,
-) -> std::io::Result<(Server, u16)>
+pub fn serve<F>(settings: &HttpSettings, standard_port: u16, configure: F) -> std::io::Result<(Server, u16)>
 where
     F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
 {
@@ -85,11 +81,7 @@ pub struct Application {
 
 impl Application {
     pub fn new(port: u16, server: Server, lifecycle: Lifecycle) -> Self {
-        Self {
-            port,
-            server,
-            lifecycle,
-        }
+        Self { port, server, lifecycle }
     }
 
     /// The port the server got (the real one when port 0 was asked for).
@@ -100,13 +92,8 @@ impl Application {
     /// Serves until `shutdown` resolves (or the server stops), then stops taking requests,
     /// lets in-flight requests finish, and only then cancels and awaits the background tasks,
     /// so a consumer finishes and acks what it holds.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl Future<Output = ()>,
-    ) -> std::io::Result<()> {
-        let Self {
-            server, lifecycle, ..
-        } = self;
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let Self { server, lifecycle, .. } = self;
         let handle = server.handle();
         let mut server = std::pin::pin!(server);
         let result = tokio::select! {

@@ -12,12 +12,7 @@ async fn a_dev_token_is_issued_and_accepted() {
     let app = spawn_app();
     let token = app.dev_token(42, "user").await;
 
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(&token).send().await.unwrap();
 
     let seen = echoed(res).await;
     assert_eq!(seen["upstream"], "order");
@@ -48,12 +43,8 @@ async fn an_admin_dev_token_reaches_the_admin_route_as_admin() {
 async fn the_dev_token_route_is_404_when_dev_tokens_are_off() {
     let app = spawn_app_with(|s| s.auth.dev_tokens = false);
 
-    let res = app
-        .post("/api/auth/dev-token")
-        .json(&json!({"user_id": 42, "role": "admin"}))
-        .send()
-        .await
-        .unwrap();
+    let res =
+        app.post("/api/auth/dev-token").json(&json!({"user_id": 42, "role": "admin"})).send().await.unwrap();
 
     assert_error(res, 404, "NOT_FOUND").await;
 }
@@ -62,12 +53,7 @@ async fn the_dev_token_route_is_404_when_dev_tokens_are_off() {
 async fn a_dev_token_request_for_a_bad_user_id_is_400() {
     let app = spawn_app();
 
-    let res = app
-        .post("/api/auth/dev-token")
-        .json(&json!({"user_id": 0}))
-        .send()
-        .await
-        .unwrap();
+    let res = app.post("/api/auth/dev-token").json(&json!({"user_id": 0})).send().await.unwrap();
 
     assert_error(res, 400, "INVALID_INPUT").await;
 }
@@ -75,17 +61,10 @@ async fn a_dev_token_request_for_a_bad_user_id_is_400() {
 #[tokio::test]
 async fn the_gateway_refuses_to_start_without_a_jwt_secret() {
     for secret in [None, Some(String::new())] {
-        let mut s = settings(
-            "http://127.0.0.1:1",
-            "http://127.0.0.1:1",
-            "http://127.0.0.1:1",
-        );
+        let mut s = settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
         s.auth.jwt_secret = secret;
 
-        let err = gateway::startup::build(s)
-            .await
-            .err()
-            .expect("the build must fail");
+        let err = gateway::startup::build(s).await.err().expect("the build must fail");
 
         let message = format!("{err:#}");
         assert!(message.contains("auth.jwt_secret"), "{message}");
@@ -97,10 +76,7 @@ async fn the_gateway_refuses_to_start_without_a_jwt_secret() {
 async fn the_gateway_refuses_to_start_with_an_empty_upstream_list() {
     let s = settings("http://127.0.0.1:1", " , ", "http://127.0.0.1:1");
 
-    let err = gateway::startup::build(s)
-        .await
-        .err()
-        .expect("the build must fail");
+    let err = gateway::startup::build(s).await.err().expect("the build must fail");
 
     assert!(format!("{err:#}").contains("upstreams.order"), "{err:#}");
 }
@@ -119,12 +95,7 @@ async fn a_request_without_a_token_is_401() {
 async fn a_non_bearer_authorization_is_401() {
     let app = spawn_app();
 
-    let res = app
-        .get("/api/orders")
-        .basic_auth("42", Some("pw"))
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").basic_auth("42", Some("pw")).send().await.unwrap();
 
     assert_error(res, 401, "UNAUTHORIZED").await;
 }
@@ -132,18 +103,9 @@ async fn a_non_bearer_authorization_is_401() {
 #[tokio::test]
 async fn a_token_with_a_bad_signature_is_401() {
     let app = spawn_app();
-    let forged = sign(
-        Algorithm::HS256,
-        "not-the-secret",
-        &json!({"sub": "42", "exp": in_an_hour()}),
-    );
+    let forged = sign(Algorithm::HS256, "not-the-secret", &json!({"sub": "42", "exp": in_an_hour()}));
 
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(forged)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(forged).send().await.unwrap();
 
     let message = assert_error(res, 401, "UNAUTHORIZED").await;
     assert!(message.contains("signature"), "{message}");
@@ -153,18 +115,9 @@ async fn a_token_with_a_bad_signature_is_401() {
 async fn an_expired_token_is_401() {
     let app = spawn_app();
     let an_hour_ago = chrono::Utc::now().timestamp() - 3600;
-    let expired = sign(
-        Algorithm::HS256,
-        SECRET,
-        &json!({"sub": "42", "exp": an_hour_ago}),
-    );
+    let expired = sign(Algorithm::HS256, SECRET, &json!({"sub": "42", "exp": an_hour_ago}));
 
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(expired)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(expired).send().await.unwrap();
 
     let message = assert_error(res, 401, "UNAUTHORIZED").await;
     assert!(message.contains("expired"), "{message}");
@@ -175,12 +128,7 @@ async fn a_token_without_exp_is_401() {
     let app = spawn_app();
     let forever = sign(Algorithm::HS256, SECRET, &json!({"sub": "42"}));
 
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(forever)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(forever).send().await.unwrap();
 
     assert_error(res, 401, "UNAUTHORIZED").await;
 }
@@ -192,19 +140,10 @@ async fn a_token_with_another_algorithm_is_401() {
     // The same secret, but HS512: only HS256 is accepted.
     let hs512 = sign(Algorithm::HS512, SECRET, &claims);
     // An unsigned token (`alg: none`), hand-made since no library signer writes one.
-    let none = format!(
-        "{}.{}.",
-        b64(r#"{"alg":"none","typ":"JWT"}"#),
-        b64(&claims.to_string())
-    );
+    let none = format!("{}.{}.", b64(r#"{"alg":"none","typ":"JWT"}"#), b64(&claims.to_string()));
 
     for token in [hs512, none] {
-        let res = app
-            .get("/api/orders")
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
+        let res = app.get("/api/orders").bearer_auth(token).send().await.unwrap();
         assert_error(res, 401, "UNAUTHORIZED").await;
     }
 }
@@ -213,17 +152,8 @@ async fn a_token_with_another_algorithm_is_401() {
 async fn a_token_whose_subject_is_not_a_positive_id_is_401() {
     let app = spawn_app();
     for sub in [json!("0"), json!("-5"), json!("alice"), json!(null)] {
-        let token = sign(
-            Algorithm::HS256,
-            SECRET,
-            &json!({"sub": sub, "exp": in_an_hour()}),
-        );
-        let res = app
-            .get("/api/orders")
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
+        let token = sign(Algorithm::HS256, SECRET, &json!({"sub": sub, "exp": in_an_hour()}));
+        let res = app.get("/api/orders").bearer_auth(token).send().await.unwrap();
         assert_error(res, 401, "UNAUTHORIZED").await;
     }
 }
@@ -231,18 +161,9 @@ async fn a_token_whose_subject_is_not_a_positive_id_is_401() {
 #[tokio::test]
 async fn a_numeric_subject_is_accepted() {
     let app = spawn_app();
-    let token = sign(
-        Algorithm::HS256,
-        SECRET,
-        &json!({"sub": 77, "exp": in_an_hour()}),
-    );
+    let token = sign(Algorithm::HS256, SECRET, &json!({"sub": 77, "exp": in_an_hour()}));
 
-    let res = app
-        .get("/api/orders/3")
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders/3").bearer_auth(token).send().await.unwrap();
 
     assert_eq!(echoed(res).await["headers"]["x-user-id"], "77");
 }
@@ -267,10 +188,7 @@ fn b64(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         for i in 0..=chunk.len() {
             out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
         }

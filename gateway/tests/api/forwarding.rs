@@ -5,26 +5,16 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::helpers::{
-    Echo, TestApp, assert_error, echoed, refused_url, settings, spawn_app, user_token,
-};
+use crate::helpers::{Echo, TestApp, assert_error, echoed, refused_url, settings, spawn_app, user_token};
 
 #[tokio::test]
 async fn an_upstream_status_and_body_pass_through_unchanged() {
     const BODY: &str = r#"{"code":"REPEATED","message":"you already hold an order for this sale"}"#;
     let seckill = Echo::new("seckill").status(409).body(BODY).start();
     let other = Echo::new("other").start();
-    let app = TestApp::start(
-        settings(&seckill.url(), &other.url(), &other.url()),
-        vec![seckill, other],
-    );
+    let app = TestApp::start(settings(&seckill.url(), &other.url(), &other.url()), vec![seckill, other]);
 
-    let res = app
-        .post("/api/seckill/1/orders")
-        .bearer_auth(user_token(5))
-        .send()
-        .await
-        .unwrap();
+    let res = app.post("/api/seckill/1/orders").bearer_auth(user_token(5)).send().await.unwrap();
 
     assert_eq!(res.status(), 409);
     assert_eq!(res.headers()["content-type"], "application/json");
@@ -34,24 +24,12 @@ async fn an_upstream_status_and_body_pass_through_unchanged() {
 #[tokio::test]
 async fn an_upstream_that_refuses_connections_is_503_quickly() {
     let other = Echo::new("other").start();
-    let app = TestApp::start(
-        settings(&other.url(), &refused_url(), &other.url()),
-        vec![other],
-    );
+    let app = TestApp::start(settings(&other.url(), &refused_url(), &other.url()), vec![other]);
 
     let started = Instant::now();
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(user_token(5))
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(user_token(5)).send().await.unwrap();
 
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     let message = assert_error(res, 503, "UPSTREAM_UNAVAILABLE").await;
     assert!(message.contains("order"), "{message}");
 }
@@ -67,11 +45,7 @@ async fn a_slow_upstream_is_504() {
     let started = Instant::now();
     let res = app.get("/api/goods").send().await.unwrap();
 
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     assert_error(res, 504, "UPSTREAM_TIMEOUT").await;
 }
 
@@ -80,19 +54,11 @@ async fn the_next_replica_takes_the_request_when_one_refuses() {
     let live = Echo::new("order-live").start();
     let other = Echo::new("other").start();
     let replicas = format!("{}, {}", refused_url(), live.url());
-    let app = TestApp::start(
-        settings(&other.url(), &replicas, &other.url()),
-        vec![live, other],
-    );
+    let app = TestApp::start(settings(&other.url(), &replicas, &other.url()), vec![live, other]);
 
     // Round-robin starts every other request at the dead replica.
     for _ in 0..4 {
-        let res = app
-            .get("/api/orders")
-            .bearer_auth(user_token(5))
-            .send()
-            .await
-            .unwrap();
+        let res = app.get("/api/orders").bearer_auth(user_token(5)).send().await.unwrap();
         assert_eq!(echoed(res).await["upstream"], "order-live");
     }
 }
@@ -103,10 +69,7 @@ async fn requests_rotate_over_the_replicas() {
     let b = Echo::new("stock-b").start();
     let other = Echo::new("other").start();
     let replicas = format!("{},{}", a.url(), b.url());
-    let app = TestApp::start(
-        settings(&other.url(), &other.url(), &replicas),
-        vec![a, b, other],
-    );
+    let app = TestApp::start(settings(&other.url(), &other.url(), &replicas), vec![a, b, other]);
 
     let mut seen = Vec::new();
     for _ in 0..4 {
@@ -122,10 +85,7 @@ async fn requests_rotate_over_the_replicas() {
 async fn readyz_is_ready_when_every_upstream_has_a_live_replica() {
     let live = Echo::new("live").start();
     let with_a_dead_one = format!("{},{}", refused_url(), live.url());
-    let app = TestApp::start(
-        settings(&live.url(), &with_a_dead_one, &live.url()),
-        vec![live],
-    );
+    let app = TestApp::start(settings(&live.url(), &with_a_dead_one, &live.url()), vec![live]);
 
     let res = app.get("/readyz").send().await.unwrap();
 
@@ -138,10 +98,7 @@ async fn readyz_is_ready_when_every_upstream_has_a_live_replica() {
 #[tokio::test]
 async fn readyz_names_an_upstream_without_a_live_replica() {
     let live = Echo::new("live").start();
-    let app = TestApp::start(
-        settings(&live.url(), &live.url(), &refused_url()),
-        vec![live],
-    );
+    let app = TestApp::start(settings(&live.url(), &live.url(), &refused_url()), vec![live]);
 
     let res = app.get("/readyz").send().await.unwrap();
 
@@ -155,26 +112,11 @@ async fn readyz_names_an_upstream_without_a_live_replica() {
 #[tokio::test]
 async fn refused_connections_are_counted_in_the_metrics() {
     let other = Echo::new("other").start();
-    let app = TestApp::start(
-        settings(&refused_url(), &other.url(), &other.url()),
-        vec![other],
-    );
-    let res = app
-        .get("/api/seckill/1/result")
-        .bearer_auth(user_token(5))
-        .send()
-        .await
-        .unwrap();
+    let app = TestApp::start(settings(&refused_url(), &other.url(), &other.url()), vec![other]);
+    let res = app.get("/api/seckill/1/result").bearer_auth(user_token(5)).send().await.unwrap();
     assert_eq!(res.status(), 503);
 
-    let metrics = app
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.get("/metrics").send().await.unwrap().text().await.unwrap();
 
     // The recorder is per process; other tests may add to the count, never remove the line.
     let line = metrics
@@ -197,12 +139,7 @@ async fn concurrent_requests_each_reach_the_upstream_as_their_own_user() {
     // 200 requests, 20 in flight at a time, over both gateway workers and the shared pool.
     let results = futures_util::stream::iter(1..=200i64)
         .map(|user| async move {
-            let res = app
-                .get("/api/orders")
-                .bearer_auth(user_token(user))
-                .send()
-                .await
-                .unwrap();
+            let res = app.get("/api/orders").bearer_auth(user_token(user)).send().await.unwrap();
             (user, echoed(res).await["headers"]["x-user-id"].clone())
         })
         .buffer_unordered(20)
@@ -211,10 +148,6 @@ async fn concurrent_requests_each_reach_the_upstream_as_their_own_user() {
 
     assert_eq!(results.len(), 200);
     for (user, seen) in results {
-        assert_eq!(
-            seen,
-            user.to_string(),
-            "user {user} reached the upstream as {seen}"
-        );
+        assert_eq!(seen, user.to_string(), "user {user} reached the upstream as {seen}");
     }
 }

@@ -28,13 +28,7 @@ pub struct Echo {
 
 impl Echo {
     pub fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            status: 200,
-            delay: Duration::ZERO,
-            body: None,
-            headers: Vec::new(),
-        }
+        Self { name, status: 200, delay: Duration::ZERO, body: None, headers: Vec::new() }
     }
 
     pub fn status(mut self, status: u16) -> Self {
@@ -61,8 +55,7 @@ impl Echo {
     pub fn start(self) -> RunningService {
         RunningService::start(move || async move {
             let (server, port) = seckill_web::serve(&test_http(), 0, move |cfg| {
-                cfg.app_data(web::Data::new(self.clone()))
-                    .service(web::resource("/{tail:.*}").to(echo));
+                cfg.app_data(web::Data::new(self.clone())).service(web::resource("/{tail:.*}").to(echo));
             })?;
             Ok(Application::new(port, server, Lifecycle::new()))
         })
@@ -84,11 +77,8 @@ async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> Http
     }
     let mut headers = Map::new();
     for name in req.headers().keys() {
-        let values: Vec<&str> = req
-            .headers()
-            .get_all(name)
-            .map(|v| v.to_str().unwrap_or("<binary>"))
-            .collect();
+        let values: Vec<&str> =
+            req.headers().get_all(name).map(|v| v.to_str().unwrap_or("<binary>")).collect();
         headers.insert(name.as_str().to_owned(), Value::from(values.join(", ")));
     }
     res.json(json!({
@@ -122,13 +112,7 @@ pub fn refused_url() -> String {
 
 /// Gateway settings for tests: dev tokens on, the test secret, upstreams to fill in.
 pub fn settings(seckill: &str, order: &str, stock: &str) -> Settings {
-    let mut s = Settings {
-        http: HttpSettings {
-            workers: 2,
-            ..test_http()
-        },
-        ..Settings::default()
-    };
+    let mut s = Settings { http: HttpSettings { workers: 2, ..test_http() }, ..Settings::default() };
     s.auth.jwt_secret = Some(SECRET.into());
     s.auth.dev_tokens = true;
     s.upstreams.seckill = seckill.into();
@@ -150,19 +134,9 @@ pub struct TestApp {
 impl TestApp {
     /// The gateway with `settings`, keeping `upstreams` alive as long as it runs.
     pub fn start(settings: Settings, upstreams: Vec<RunningService>) -> Self {
-        let gateway =
-            RunningService::start(move || async move { gateway::startup::build(settings).await });
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(20))
-            .build()
-            .unwrap();
-        Self {
-            address: gateway.url(),
-            client,
-            _gateway: gateway,
-            _upstreams: upstreams,
-        }
+        let gateway = RunningService::start(move || async move { gateway::startup::build(settings).await });
+        let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+        Self { address: gateway.url(), client, _gateway: gateway, _upstreams: upstreams }
     }
 
     pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
@@ -182,10 +156,7 @@ impl TestApp {
             .await
             .unwrap();
         assert_eq!(res.status(), 200);
-        res.json::<Value>().await.unwrap()["token"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        res.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned()
     }
 }
 
@@ -212,11 +183,7 @@ pub fn sign(alg: Algorithm, secret: &str, claims: &Value) -> String {
 
 /// A valid user token for `user_id`, an hour to live.
 pub fn user_token(user_id: i64) -> String {
-    sign(
-        Algorithm::HS256,
-        SECRET,
-        &json!({"sub": user_id.to_string(), "exp": in_an_hour()}),
-    )
+    sign(Algorithm::HS256, SECRET, &json!({"sub": user_id.to_string(), "exp": in_an_hour()}))
 }
 
 pub fn in_an_hour() -> i64 {
@@ -226,12 +193,7 @@ pub fn in_an_hour() -> i64 {
 /// Asserts the status and the error code of a gateway error, returning its message.
 pub async fn assert_error(res: reqwest::Response, status: u16, code: &str) -> String {
     assert_eq!(res.status(), status, "unexpected status");
-    assert_eq!(
-        res.headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
-        Some("application/json")
-    );
+    assert_eq!(res.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/json"));
     let body: ErrorBody = res.json().await.expect("a JSON error body");
     assert_eq!(body.code, code, "message: {}", body.message);
     body.message
@@ -259,9 +221,7 @@ pub async fn raw_exchange(address: &str, request: &str) -> (String, String) {
             let length: usize = head
                 .lines()
                 .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
+                    l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
                 })
                 .expect("a content-length");
             if body.len() >= length {

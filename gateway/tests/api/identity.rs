@@ -48,12 +48,7 @@ async fn identity_headers_are_stripped_on_public_routes() {
 async fn the_request_id_is_forwarded_and_echoed() {
     let app = spawn_app();
 
-    let res = app
-        .get("/api/goods")
-        .header("x-request-id", "test-rid-123")
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/goods").header("x-request-id", "test-rid-123").send().await.unwrap();
 
     assert_eq!(res.headers()["x-request-id"], "test-rid-123");
     let seen = echoed(res).await;
@@ -64,19 +59,11 @@ async fn the_request_id_is_forwarded_and_echoed() {
 async fn a_generated_request_id_is_the_one_forwarded() {
     let app = spawn_app();
 
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(user_token(1))
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(user_token(1)).send().await.unwrap();
 
     let answered = res.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert!(!answered.is_empty());
-    assert_eq!(
-        echoed(res).await["headers"]["x-request-id"],
-        answered.as_str()
-    );
+    assert_eq!(echoed(res).await["headers"]["x-request-id"], answered.as_str());
 }
 
 #[tokio::test]
@@ -106,12 +93,7 @@ async fn method_path_query_body_and_end_to_end_headers_are_forwarded_unchanged()
     assert_eq!(headers["accept"], "application/json");
     assert_eq!(headers["x-custom"], "kept");
     // The bearer token is end-to-end too; the services just do not need it.
-    assert!(
-        headers["authorization"]
-            .as_str()
-            .unwrap()
-            .starts_with("Bearer ")
-    );
+    assert!(headers["authorization"].as_str().unwrap().starts_with("Bearer "));
 }
 
 #[tokio::test]
@@ -124,22 +106,15 @@ async fn hop_by_hop_request_headers_are_not_forwarded() {
          X-Hop-Only: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic eA==\r\n\
          Upgrade: websocket\r\nX-End-To-End: 2\r\n\r\n"
     );
-    let (head, body) =
-        tokio::time::timeout(Duration::from_secs(10), raw_exchange(&address, &request))
-            .await
-            .expect("the gateway answers a raw request");
+    let (head, body) = tokio::time::timeout(Duration::from_secs(10), raw_exchange(&address, &request))
+        .await
+        .expect("the gateway answers a raw request");
 
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let seen: Value = serde_json::from_str(&body).unwrap();
     let headers = &seen["headers"];
     assert_eq!(headers["x-end-to-end"], "2");
-    for hop in [
-        "x-hop-only",
-        "keep-alive",
-        "te",
-        "proxy-authorization",
-        "upgrade",
-    ] {
+    for hop in ["x-hop-only", "keep-alive", "te", "proxy-authorization", "upgrade"] {
         assert!(headers.get(hop).is_none(), "{hop} was forwarded: {headers}");
     }
     // The upstream sees its own hop's host, not the gateway's.
@@ -148,15 +123,9 @@ async fn hop_by_hop_request_headers_are_not_forwarded() {
 
 #[tokio::test]
 async fn upstream_headers_come_back_without_hop_by_hop_ones() {
-    let stock = Echo::new("stock")
-        .header("x-upstream", "yes")
-        .header("keep-alive", "timeout=99")
-        .start();
+    let stock = Echo::new("stock").header("x-upstream", "yes").header("keep-alive", "timeout=99").start();
     let other = Echo::new("other").start();
-    let app = TestApp::start(
-        settings(&other.url(), &other.url(), &stock.url()),
-        vec![stock, other],
-    );
+    let app = TestApp::start(settings(&other.url(), &other.url(), &stock.url()), vec![stock, other]);
 
     let res = app.get("/api/goods").send().await.unwrap();
 

@@ -28,13 +28,7 @@ async fn a_chunked_body_growing_over_the_limit_is_413() {
     let chunks = (0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 400])));
     let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
 
-    let res = app
-        .post("/api/orders/1/pay")
-        .bearer_auth(user_token(5))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let res = app.post("/api/orders/1/pay").bearer_auth(user_token(5)).body(body).send().await.unwrap();
 
     assert_error(res, 413, "PAYLOAD_TOO_LARGE").await;
 }
@@ -45,13 +39,7 @@ async fn a_chunked_body_within_the_limit_is_forwarded_whole() {
     let chunks = ["{\"a\":", "\"", "xyz", "\"}"].map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
     let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
 
-    let res = app
-        .post("/api/orders/1/pay")
-        .bearer_auth(user_token(5))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let res = app.post("/api/orders/1/pay").bearer_auth(user_token(5)).body(body).send().await.unwrap();
 
     assert_eq!(echoed(res).await["body"], r#"{"a":"xyz"}"#);
 }
@@ -66,12 +54,7 @@ async fn a_user_over_the_rate_limit_is_429_and_others_are_not() {
 
     let mut statuses = Vec::new();
     for _ in 0..10 {
-        let res = app
-            .get("/api/seckill/1/result")
-            .bearer_auth(&hammering)
-            .send()
-            .await
-            .unwrap();
+        let res = app.get("/api/seckill/1/result").bearer_auth(&hammering).send().await.unwrap();
         if res.status() == 429 {
             assert_error(res, 429, "RATE_LIMITED").await;
             statuses.push(429);
@@ -82,25 +65,12 @@ async fn a_user_over_the_rate_limit_is_429_and_others_are_not() {
 
     // The burst passes; the sustained rate (one a second) cannot refill 7 in that time.
     assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
-    assert!(
-        statuses.iter().filter(|s| **s == 429).count() >= 5,
-        "{statuses:?}"
-    );
+    assert!(statuses.iter().filter(|s| **s == 429).count() >= 5, "{statuses:?}");
     // Another user has a bucket of its own.
-    let res = app
-        .post("/api/seckill/1/token")
-        .bearer_auth(user_token(8))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let res =
+        app.post("/api/seckill/1/token").bearer_auth(user_token(8)).json(&json!({})).send().await.unwrap();
     assert_eq!(res.status(), 200);
     // Only the seckill routes are limited.
-    let res = app
-        .get("/api/orders")
-        .bearer_auth(&hammering)
-        .send()
-        .await
-        .unwrap();
+    let res = app.get("/api/orders").bearer_auth(&hammering).send().await.unwrap();
     assert_eq!(res.status(), 200);
 }

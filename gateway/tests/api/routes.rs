@@ -10,18 +10,8 @@ use crate::helpers::{assert_error, echoed, raw_exchange, spawn_app, user_token};
 async fn an_unknown_route_is_404() {
     let app = spawn_app();
 
-    for path in [
-        "/api/nope",
-        "/api/goods/1/extra",
-        "/internal/stock/deduct",
-        "/",
-    ] {
-        let res = app
-            .get(path)
-            .bearer_auth(user_token(1))
-            .send()
-            .await
-            .unwrap();
+    for path in ["/api/nope", "/api/goods/1/extra", "/internal/stock/deduct", "/"] {
+        let res = app.get(path).bearer_auth(user_token(1)).send().await.unwrap();
         assert_error(res, 404, "NOT_FOUND").await;
     }
 }
@@ -30,12 +20,7 @@ async fn an_unknown_route_is_404() {
 async fn a_known_route_with_another_method_is_405() {
     let app = spawn_app();
 
-    let res = app
-        .client
-        .delete(format!("{}/api/goods", app.address))
-        .send()
-        .await
-        .unwrap();
+    let res = app.client.delete(format!("{}/api/goods", app.address)).send().await.unwrap();
 
     assert_error(res, 405, "METHOD_NOT_ALLOWED").await;
 }
@@ -91,13 +76,11 @@ async fn a_path_that_would_be_rewritten_on_the_way_upstream_is_400() {
         "GET /api/goods/.. HTTP/1.1\r\n".to_owned(),
     ];
     for start in requests {
-        let request =
-            format!("{start}Host: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let request = format!("{start}Host: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
 
-        let (head, body) =
-            tokio::time::timeout(Duration::from_secs(10), raw_exchange(&address, &request))
-                .await
-                .expect("the gateway answers a raw request");
+        let (head, body) = tokio::time::timeout(Duration::from_secs(10), raw_exchange(&address, &request))
+            .await
+            .expect("the gateway answers a raw request");
 
         assert!(head.starts_with("HTTP/1.1 400"), "{start}: {head}");
         assert!(body.contains("INVALID_INPUT"), "{start}: {body}");

@@ -18,17 +18,13 @@ pub async fn create_sale(
 ) -> Result<HttpResponse, ApiError> {
     user.require_admin()?;
     body.validate().map_err(ApiError::invalid)?;
-    let goods = state
-        .stock
-        .create_goods(&body, &user.id.to_string(), user.role.as_str())
-        .await
-        .map_err(|e| match e {
+    let goods = state.stock.create_goods(&body, &user.id.to_string(), user.role.as_str()).await.map_err(
+        |e| match e {
             StockError::Refused { status: 400, body } => ApiError::invalid(body.message),
-            StockError::Refused { status: 403, body } => {
-                ApiError::new(ErrorCode::Forbidden, body.message)
-            }
+            StockError::Refused { status: 403, body } => ApiError::new(ErrorCode::Forbidden, body.message),
             other => ApiError::unavailable("stock-service", other),
-        })?;
+        },
+    )?;
     state.sales.publish(goods.clone()).await?;
     tracing::info!(goods_id = %goods.id, stock = goods.stock_total, "sale published");
     Ok(HttpResponse::Created().json(goods))

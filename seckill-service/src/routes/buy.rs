@@ -3,7 +3,7 @@
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use seckill_common::amqp::OrderRequest;
+use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::scripts::StoredResult;
 use seckill_common::{ErrorCode, GoodsId, OrderId, headers};
@@ -11,6 +11,7 @@ use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
 use uuid::Uuid;
 
+use crate::broadcast;
 use crate::gate::Reserve;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
@@ -26,6 +27,14 @@ fn check_window(sale: &Sale) -> Result<(), ApiError> {
             format!("the sale starts at {}", sale.goods.start_at.to_rfc3339()),
         )),
         SaleWindow::Ended => Err(ApiError::new(ErrorCode::Ended, "the sale has ended")),
+    }
+}
+
+/// Raises this replica's flag, and the first time, tells the others (off the request's path).
+fn flag_sold_out(state: &web::Data<AppState>, sale: &Sale, now: i64) {
+    if sale.flag_sold_out(now, state.settings.sold_out_recheck()) {
+        let (state, g) = (state.clone(), sale.id());
+        actix_web::rt::spawn(async move { broadcast::announce(&state, BroadcastKind::SoldOut, g).await });
     }
 }
 
@@ -45,10 +54,7 @@ pub async fn path_token(
     if sale.flagged_sold_out(now_ms()) {
         return Err(sold_out());
     }
-    let token = state
-        .gate
-        .path_token(sale.id(), user.id, state.settings.token_ttl_secs)
-        .await?;
+    let token = state.gate.path_token(sale.id(), user.id, state.settings.token_ttl_secs).await?;
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
 }
 
@@ -74,10 +80,7 @@ pub async fn order(
             .and_then(|v| v.to_str().ok())
             .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_LEN)
             .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::BadToken,
-                    "a valid x-seckill-token header is required",
-                )
+                ApiError::new(ErrorCode::BadToken, "a valid x-seckill-token header is required")
             })?;
         Some(presented.to_owned())
     } else {
@@ -86,58 +89,36 @@ pub async fn order(
 
     let (g, u) = (sale.id(), user.id);
     let request_id = Uuid::new_v4();
-    let mut outcome = state
-        .gate
-        .reserve(g, u, request_id, now, token.as_deref())
-        .await?;
+    let mut outcome = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
     if outcome == Reserve::NotLoaded {
         state.sales.reload(g).await?;
-        outcome = state
-            .gate
-            .reserve(g, u, request_id, now, token.as_deref())
-            .await?;
+        outcome = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
     }
     match outcome {
         Reserve::Reserved { left } => {
             if left == 0 {
-                sale.flag_sold_out(now, state.settings.sold_out_recheck());
+                flag_sold_out(&state, &sale, now);
             }
         }
         Reserve::SoldOut => {
-            sale.flag_sold_out(now, state.settings.sold_out_recheck());
+            flag_sold_out(&state, &sale, now);
             return Err(sold_out());
         }
         Reserve::Repeated => {
-            return Err(ApiError::new(
-                ErrorCode::Repeated,
-                "you already hold a unit of this sale",
-            ));
+            return Err(ApiError::new(ErrorCode::Repeated, "you already hold a unit of this sale"));
         }
         Reserve::BadToken => {
-            return Err(ApiError::new(
-                ErrorCode::BadToken,
-                "the path token is wrong, used or expired",
-            ));
+            return Err(ApiError::new(ErrorCode::BadToken, "the path token is wrong, used or expired"));
         }
         Reserve::NotLoaded => {
-            return Err(ApiError::new(
-                ErrorCode::Busy,
-                "the sale is being loaded, try again",
-            ));
+            return Err(ApiError::new(ErrorCode::Busy, "the sale is being loaded, try again"));
         }
     }
 
-    let trace_id = req
-        .extensions()
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_default();
+    let trace_id = req.extensions().get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default();
     enqueue(&state, OrderRequest::new(request_id, u, g, now), &trace_id).await?;
     metrics::counter!("seckill_orders_accepted_total").increment(1);
-    Ok(HttpResponse::Accepted().json(OrderAccepted {
-        status: SeckillStatus::Queued,
-        request_id,
-    }))
+    Ok(HttpResponse::Accepted().json(OrderAccepted { status: SeckillStatus::Queued, request_id }))
 }
 
 /// Publishes the accepted request and waits for the broker's confirm. If the confirm does not
@@ -146,20 +127,13 @@ pub async fn order(
 async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<(), ApiError> {
     let body = serde_json::to_vec(&msg).map_err(ApiError::internal)?;
     let mut message_headers = FieldTable::default();
-    message_headers.insert(
-        headers::REQUEST_ID.into(),
-        AMQPValue::LongString(LongString::from(trace_id)),
-    );
+    message_headers.insert(headers::REQUEST_ID.into(), AMQPValue::LongString(LongString::from(trace_id)));
     let properties = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_message_id(msg.request_id.to_string().into())
         .with_headers(message_headers);
     let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
-    match state
-        .publisher
-        .publish(&state.names.orders_queue(), &body, properties)
-        .await
-    {
+    match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
         Ok(()) => {
             if let Err(e) = state.gate.confirmed(g, u, rid).await {
                 // Harmless: the consumer's claim clears the same entry.
@@ -203,22 +177,12 @@ pub async fn result(
     let sale = state.sales.get(*path).await?;
     let stored = state.gate.result(sale.id(), user.id).await?;
     let body = match stored {
-        None => SeckillResult {
-            status: SeckillStatus::None,
-            order_id: None,
-        },
-        Some(StoredResult::Queued) => SeckillResult {
-            status: SeckillStatus::Queued,
-            order_id: None,
-        },
-        Some(StoredResult::Failed) => SeckillResult {
-            status: SeckillStatus::Failed,
-            order_id: None,
-        },
-        Some(StoredResult::Success(id)) => SeckillResult {
-            status: SeckillStatus::Success,
-            order_id: OrderId::new(id),
-        },
+        None => SeckillResult { status: SeckillStatus::None, order_id: None },
+        Some(StoredResult::Queued) => SeckillResult { status: SeckillStatus::Queued, order_id: None },
+        Some(StoredResult::Failed) => SeckillResult { status: SeckillStatus::Failed, order_id: None },
+        Some(StoredResult::Success(id)) => {
+            SeckillResult { status: SeckillStatus::Success, order_id: OrderId::new(id) }
+        }
     };
     Ok(HttpResponse::Ok().json(body))
 }

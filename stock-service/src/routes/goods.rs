@@ -14,18 +14,12 @@ pub async fn list(pool: web::Data<PgPool>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(all))
 }
 
-pub async fn get(
-    pool: web::Data<PgPool>,
-    path: web::Path<GoodsId>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn get(pool: web::Data<PgPool>, path: web::Path<GoodsId>) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
     let mut conn = conn(&pool).await?;
     match goods::find(&mut conn, id).await.map_err(query_error)? {
         Some(g) => Ok(HttpResponse::Ok().json(g)),
-        None => Err(ApiError::new(
-            ErrorCode::GoodsNotFound,
-            format!("no goods with id {id}"),
-        )),
+        None => Err(ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {id}"))),
     }
 }
 

@@ -4,8 +4,8 @@
 use actix_web::{HttpResponse, web};
 use seckill_common::ErrorCode;
 use seckill_common::api::{
-    DeductBatchRequest, DeductBatchResponse, DeductOutcome, DeductRequest, DeductResponse,
-    ReleaseRequest, ReleaseResponse,
+    DeductBatchRequest, DeductBatchResponse, DeductOutcome, DeductRequest, DeductResponse, ReleaseRequest,
+    ReleaseResponse,
 };
 use seckill_db::{PgPool, conn, query_error};
 use seckill_web::ApiError;
@@ -14,16 +14,10 @@ use crate::ledger;
 
 fn check_items(items: &[DeductRequest]) -> Result<(), ApiError> {
     if items.len() > ledger::MAX_BATCH {
-        return Err(ApiError::invalid(format!(
-            "at most {} items per batch",
-            ledger::MAX_BATCH
-        )));
+        return Err(ApiError::invalid(format!("at most {} items per batch", ledger::MAX_BATCH)));
     }
     if let Some(bad) = items.iter().find(|i| i.quantity <= 0) {
-        return Err(ApiError::invalid(format!(
-            "quantity of {} must be positive",
-            bad.order_key
-        )));
+        return Err(ApiError::invalid(format!("quantity of {} must be positive", bad.order_key)));
     }
     Ok(())
 }
@@ -36,17 +30,12 @@ pub async fn deduct(
     let item = body.into_inner();
     check_items(&[item])?;
     let mut conn = conn(&pool).await?;
-    let results = ledger::deduct_batch(&mut conn, &[item])
-        .await
-        .map_err(query_error)?;
+    let results = ledger::deduct_batch(&mut conn, &[item]).await.map_err(query_error)?;
     match results.first().map(|r| r.outcome) {
-        Some(DeductOutcome::Deducted) => {
-            Ok(HttpResponse::Ok().json(DeductResponse { deducted: true }))
+        Some(DeductOutcome::Deducted) => Ok(HttpResponse::Ok().json(DeductResponse { deducted: true })),
+        Some(DeductOutcome::UnknownGoods) => {
+            Err(ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {}", item.goods_id)))
         }
-        Some(DeductOutcome::UnknownGoods) => Err(ApiError::new(
-            ErrorCode::GoodsNotFound,
-            format!("no goods with id {}", item.goods_id),
-        )),
         Some(DeductOutcome::Released) => Err(ApiError::new(
             ErrorCode::KeyReleased,
             "this order key was deducted and released; it cannot deduct again",
@@ -64,9 +53,7 @@ pub async fn deduct_batch(
 ) -> Result<HttpResponse, ApiError> {
     check_items(&body.items)?;
     let mut conn = conn(&pool).await?;
-    let results = ledger::deduct_batch(&mut conn, &body.items)
-        .await
-        .map_err(query_error)?;
+    let results = ledger::deduct_batch(&mut conn, &body.items).await.map_err(query_error)?;
     Ok(HttpResponse::Ok().json(DeductBatchResponse { results }))
 }
 
@@ -76,9 +63,7 @@ pub async fn release(
     body: web::Json<ReleaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let mut conn = conn(&pool).await?;
-    let released = ledger::release(&mut conn, body.order_key)
-        .await
-        .map_err(query_error)?;
+    let released = ledger::release(&mut conn, body.order_key).await.map_err(query_error)?;
     if released {
         tracing::info!("stock released");
     }

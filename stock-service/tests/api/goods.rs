@@ -10,15 +10,8 @@ async fn created_goods_are_listed_and_found() {
     let goods = app.create_goods(7).await;
     assert_eq!(goods.stock_available, 7);
     assert_eq!(app.goods(&goods).await, goods);
-    let list: Vec<seckill_common::api::Goods> = app
-        .http
-        .get(app.url("/api/goods"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Vec<seckill_common::api::Goods> =
+        app.http.get(app.url("/api/goods")).send().await.unwrap().json().await.unwrap();
     assert_eq!(list, vec![goods]);
 }
 
@@ -44,13 +37,7 @@ async fn only_admins_create_and_bad_bodies_are_refused() {
     let err: serde_json::Value = res.json().await.unwrap();
     assert_eq!(err["code"], "INVALID_INPUT");
     assert!(err["message"].as_str().unwrap().contains("stock_total"));
-    let res = app
-        .http
-        .post(app.url("/api/admin/goods"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let res = app.http.post(app.url("/api/admin/goods")).json(&body).send().await.unwrap();
     assert_eq!(res.status(), 401);
 }
 

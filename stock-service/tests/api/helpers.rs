@@ -1,7 +1,8 @@
 use chrono::{Duration, Utc};
+use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, NewGoods};
-use seckill_common::config::{DatabaseSettings, HttpSettings};
-use seckill_testkit::{RunningService, TestDb};
+use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings};
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url};
 use serde_json::{Value, json};
 use stock_service::Settings;
 use uuid::Uuid;
@@ -11,29 +12,30 @@ pub struct TestApp {
     pub service: RunningService,
     pub http: reqwest::Client,
     pub db: TestDb,
+    /// Held so its queues are deleted when the test ends.
+    pub _names: TestNames,
 }
 
 pub fn spawn_app() -> TestApp {
     let db = TestDb::new("stock");
+    let mut names = TestNames::new();
+    let amqp = test_amqp(&mut names);
     let settings = Settings {
-        http: HttpSettings {
-            host: "127.0.0.1".into(),
-            port: Some(0),
-            workers: 2,
-            ..Default::default()
-        },
-        database: DatabaseSettings {
-            url: Some(db.url().to_owned()),
-            ..Default::default()
-        },
+        http: HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() },
+        database: DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() },
+        amqp,
         ..Default::default()
     };
     let service = RunningService::start(move || stock_service::startup::build(settings));
-    TestApp {
-        service,
-        http: reqwest::Client::new(),
-        db,
-    }
+    TestApp { service, http: reqwest::Client::new(), db, _names: names }
+}
+
+/// The broker under this test's own prefix, its queues deleted at the end.
+pub fn test_amqp(names: &mut TestNames) -> AmqpSettings {
+    let amqp = AmqpSettings { url: amqp_url(), prefix: names.amqp_prefix.clone(), ..Default::default() };
+    let n = AmqpNames::new(amqp.prefix.clone());
+    names.cleanup_amqp(n.all_queues(1_800, amqp.retry_delay_ms), vec![n.broadcast_exchange()]);
+    amqp
 }
 
 impl TestApp {
@@ -63,26 +65,15 @@ impl TestApp {
     }
 
     pub async fn deduct(&self, key: Uuid, goods: &Goods) -> (u16, Value) {
-        self.post(
-            "/internal/stock/deduct",
-            json!({"order_key": key, "goods_id": goods.id}),
-        )
-        .await
+        self.post("/internal/stock/deduct", json!({"order_key": key, "goods_id": goods.id})).await
     }
 
     pub async fn release(&self, key: Uuid) -> (u16, Value) {
-        self.post("/internal/stock/release", json!({"order_key": key}))
-            .await
+        self.post("/internal/stock/release", json!({"order_key": key})).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let res = self
-            .http
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let res = self.http.post(self.url(path)).json(&body).send().await.unwrap();
         let status = res.status().as_u16();
         (status, res.json().await.unwrap_or(Value::Null))
     }
@@ -101,9 +92,7 @@ impl TestApp {
     /// Units held by unreleased ledger rows, read straight from the database.
     pub async fn held(&self, goods: &Goods) -> i64 {
         let mut conn = self.db.connect().await;
-        stock_service::ledger::held(&mut conn, goods.id.get())
-            .await
-            .unwrap()
+        stock_service::ledger::held(&mut conn, goods.id.get()).await.unwrap()
     }
 
     /// Conservation: total = available + held, read from the database.

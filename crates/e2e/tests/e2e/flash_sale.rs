@@ -21,14 +21,11 @@ async fn a_thousand_buyers_for_a_hundred_units() {
 
     // Tokens are minted before the spike, as users log in before a sale.
     let users: Vec<i64> = (1_000..2_000).collect();
-    let tokens: HashMap<i64, String> = join_all(
-        users
-            .iter()
-            .map(|u| async { (*u, sys.dev_token(*u, "user").await) }),
-    )
-    .await
-    .into_iter()
-    .collect();
+    let tokens: HashMap<i64, String> =
+        join_all(users.iter().map(|u| async { (*u, sys.dev_token(*u, "user").await) }))
+            .await
+            .into_iter()
+            .collect();
 
     // Every user buys once; the first 50 fire a second, concurrent click.
     let limit = Arc::new(Semaphore::new(200));
@@ -50,15 +47,8 @@ async fn a_thousand_buyers_for_a_hundred_units() {
             other => panic!("user {u}: unexpected answer {other:?}: {body}"),
         }
     }
-    assert_eq!(
-        accepted.values().sum::<usize>(),
-        100,
-        "exactly the stock is accepted"
-    );
-    assert!(
-        accepted.values().all(|n| *n == 1),
-        "nobody is accepted twice"
-    );
+    assert_eq!(accepted.values().sum::<usize>(), 100, "exactly the stock is accepted");
+    assert!(accepted.values().all(|n| *n == 1), "nobody is accepted twice");
 
     // Every user's poll ends; the accepted ones in success, nobody stuck queued.
     let finals = join_all(users.iter().map(|u| {
@@ -66,10 +56,7 @@ async fn a_thousand_buyers_for_a_hundred_units() {
         let u = *u;
         async move {
             let _permit = limit.acquire().await.unwrap();
-            (
-                u,
-                sys.final_result(&token, g, Duration::from_secs(60)).await,
-            )
+            (u, sys.final_result(&token, g, Duration::from_secs(60)).await)
         }
     }))
     .await;
@@ -78,11 +65,7 @@ async fn a_thousand_buyers_for_a_hundred_units() {
             assert_eq!(r.status, SeckillStatus::Success, "user {u}: {r:?}");
             assert!(r.order_id.is_some());
         } else {
-            assert_eq!(
-                r.status,
-                SeckillStatus::None,
-                "user {u} was refused but sees {r:?}"
-            );
+            assert_eq!(r.status, SeckillStatus::None, "user {u} was refused but sees {r:?}");
         }
     }
 
@@ -90,21 +73,9 @@ async fn a_thousand_buyers_for_a_hundred_units() {
     assert_eq!(orders, 100, "exactly the stock is sold");
     assert_eq!(most_per_user, 1, "one per user");
     assert_eq!(sys.goods(g).await.stock_available, 0, "database stock");
-    assert_eq!(
-        sys.held_at_stock(g).await,
-        100,
-        "ledger holds what was sold"
-    );
+    assert_eq!(sys.held_at_stock(g).await, 100, "ledger holds what was sold");
     assert_eq!(sys.redis_stock(g).await, Some(0), "redis stock");
     assert_eq!(sys.redis_users(g).await, 100, "reservations in redis");
-    assert_eq!(
-        sys.queue_depth(&sys.amqp_names.orders_queue()).await,
-        0,
-        "orders queue drained"
-    );
-    assert_eq!(
-        sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await,
-        0,
-        "nothing dead-lettered"
-    );
+    assert_eq!(sys.queue_depth(&sys.amqp_names.orders_queue()).await, 0, "orders queue drained");
+    assert_eq!(sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await, 0, "nothing dead-lettered");
 }

@@ -16,12 +16,7 @@ use serde_json::{Value, json};
 pub const JWT_SECRET: &str = "e2e-test-secret";
 
 fn http_settings() -> HttpSettings {
-    HttpSettings {
-        host: "127.0.0.1".into(),
-        port: Some(0),
-        workers: 2,
-        ..Default::default()
-    }
+    HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
 }
 
 /// Knobs a test may turn before the system starts.
@@ -29,23 +24,27 @@ fn http_settings() -> HttpSettings {
 pub struct Options {
     pub require_token: bool,
     pub order_ttl_secs: u64,
+    /// seckill-service replicas behind the gateway.
+    pub seckill_replicas: usize,
+    /// How long the sold-out flag answers alone (long: only a broadcast clears it in time).
+    pub sold_out_recheck_ms: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self {
-            require_token: true,
-            order_ttl_secs: 1_800,
-        }
+        Self { require_token: true, order_ttl_secs: 1_800, seckill_replicas: 1, sold_out_recheck_ms: 1_000 }
     }
 }
+
+/// Retry delay of the test queues: short, so retries show within a test.
+pub const RETRY_DELAY_MS: u64 = 200;
 
 /// Fields drop in order: the services stop (gateway first) before the databases and names go.
 /// Some fields are held only to keep what they own alive until then.
 #[allow(dead_code)]
 pub struct System {
     pub gateway: RunningService,
-    pub seckill: RunningService,
+    pub seckill: Vec<RunningService>,
     pub order: RunningService,
     pub stock: RunningService,
     pub http: reqwest::Client,
@@ -63,21 +62,13 @@ pub fn spawn_system() -> System {
 pub fn spawn_system_with(options: Options) -> System {
     let mut names = TestNames::new();
     let amqp_names = AmqpNames::new(names.amqp_prefix.clone());
-    names.cleanup_amqp(amqp_names.all_queues(), Vec::new());
+    names.cleanup_amqp(
+        amqp_names.all_queues(options.order_ttl_secs, RETRY_DELAY_MS),
+        vec![amqp_names.broadcast_exchange()],
+    );
     let redis_keys = RedisKeys::new(names.redis_prefix.clone());
     let stock_db = TestDb::new("stock");
     let order_db = TestDb::new("order");
-
-    let mut database = seckill_common::config::DatabaseSettings {
-        url: Some(stock_db.url().to_owned()),
-        ..Default::default()
-    };
-    let s = stock_service::Settings {
-        http: http_settings(),
-        database: database.clone(),
-        ..Default::default()
-    };
-    let stock = RunningService::start(move || stock_service::startup::build(s));
 
     let redis = seckill_common::config::RedisSettings {
         url: redis_url(),
@@ -87,8 +78,22 @@ pub fn spawn_system_with(options: Options) -> System {
     let amqp = seckill_common::config::AmqpSettings {
         url: amqp_url(),
         prefix: names.amqp_prefix.clone(),
+        retry_delay_ms: RETRY_DELAY_MS,
+        max_attempts: 3,
         ..Default::default()
     };
+    let database = |db: &TestDb| seckill_common::config::DatabaseSettings {
+        url: Some(db.url().to_owned()),
+        ..Default::default()
+    };
+
+    let s = stock_service::Settings {
+        http: http_settings(),
+        database: database(&stock_db),
+        amqp: amqp.clone(),
+        ..Default::default()
+    };
+    let stock = RunningService::start(move || stock_service::startup::build(s));
     let upstreams = |seckill: &str, order: &str| seckill_common::config::UpstreamSettings {
         seckill: seckill.to_owned(),
         order: order.to_owned(),
@@ -96,42 +101,46 @@ pub fn spawn_system_with(options: Options) -> System {
         ..Default::default()
     };
 
-    let s = seckill_service::Settings {
-        http: http_settings(),
-        redis: redis.clone(),
-        amqp: amqp.clone(),
-        upstreams: upstreams("", ""),
-        seckill: seckill_service::configuration::SeckillSettings {
-            require_token: options.require_token,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let seckill = RunningService::start(move || seckill_service::startup::build(s));
+    let seckill: Vec<RunningService> = (0..options.seckill_replicas.max(1))
+        .map(|_| {
+            let s = seckill_service::Settings {
+                http: http_settings(),
+                redis: redis.clone(),
+                amqp: amqp.clone(),
+                upstreams: upstreams("", ""),
+                seckill: seckill_service::configuration::SeckillSettings {
+                    require_token: options.require_token,
+                    sold_out_recheck_ms: options.sold_out_recheck_ms,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            RunningService::start(move || seckill_service::startup::build(s))
+        })
+        .collect();
 
-    database.url = Some(order_db.url().to_owned());
     let s = order_service::Settings {
         http: http_settings(),
-        database,
+        database: database(&order_db),
         redis,
         amqp,
         upstreams: upstreams("", ""),
         order: order_service::configuration::OrderSettings {
             ttl_secs: options.order_ttl_secs,
-            retry_delay_ms: 200,
+            outage_pause_ms: 200,
+            sweep_interval_secs: 1,
+            sweep_grace_secs: 3,
             ..Default::default()
         },
         ..Default::default()
     };
     let order = RunningService::start(move || order_service::startup::build(s));
 
+    let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
     let s = gateway::configuration::Settings {
         http: http_settings(),
-        auth: seckill_common::config::AuthSettings {
-            jwt_secret: Some(JWT_SECRET.into()),
-            dev_tokens: true,
-        },
-        upstreams: upstreams(&seckill.url(), &order.url()),
+        auth: seckill_common::config::AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
+        upstreams: upstreams(&replicas.join(","), &order.url()),
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));
@@ -141,10 +150,7 @@ pub fn spawn_system_with(options: Options) -> System {
         seckill,
         order,
         stock,
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()
-            .unwrap(),
+        http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
         redis_keys,
         amqp_names,
         stock_db,
@@ -167,13 +173,8 @@ impl System {
     }
 
     pub async fn dev_token(&self, user: i64, role: &str) -> String {
-        let (status, body) = self
-            .post(
-                "/api/auth/dev-token",
-                None,
-                json!({"user_id": user, "role": role}),
-            )
-            .await;
+        let (status, body) =
+            self.post("/api/auth/dev-token", None, json!({"user_id": user, "role": role})).await;
         assert_eq!(status, 200, "dev token: {body}");
         body["token"].as_str().unwrap().to_owned()
     }
@@ -195,12 +196,7 @@ impl System {
     }
 
     /// Creates a sale through the gateway as an admin; `start`/`end` relative to now.
-    pub async fn create_sale(
-        &self,
-        stock: i64,
-        start: chrono::Duration,
-        end: chrono::Duration,
-    ) -> Goods {
+    pub async fn create_sale(&self, stock: i64, start: chrono::Duration, end: chrono::Duration) -> Goods {
         let admin = self.dev_token(1, "admin").await;
         let now = Utc::now();
         let (status, body) = self
@@ -217,28 +213,15 @@ impl System {
 
     /// A sale open now for an hour.
     pub async fn open_sale(&self, stock: i64) -> Goods {
-        self.create_sale(
-            stock,
-            chrono::Duration::seconds(-5),
-            chrono::Duration::hours(1),
-        )
-        .await
+        self.create_sale(stock, chrono::Duration::seconds(-5), chrono::Duration::hours(1)).await
     }
 
     pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {
-        self.post(
-            &format!("/api/seckill/{g}/token"),
-            Some(user_token),
-            Value::Null,
-        )
-        .await
+        self.post(&format!("/api/seckill/{g}/token"), Some(user_token), Value::Null).await
     }
 
     pub async fn order(&self, user_token: &str, g: GoodsId, path_token: Option<&str>) -> Answer {
-        let mut req = self
-            .http
-            .post(self.url(&format!("/api/seckill/{g}/orders")))
-            .bearer_auth(user_token);
+        let mut req = self.http.post(self.url(&format!("/api/seckill/{g}/orders"))).bearer_auth(user_token);
         if let Some(t) = path_token {
             req = req.header("x-seckill-token", t);
         }
@@ -255,20 +238,13 @@ impl System {
     }
 
     pub async fn result(&self, user_token: &str, g: GoodsId) -> SeckillResult {
-        let (status, body) = self
-            .get(&format!("/api/seckill/{g}/result"), Some(user_token))
-            .await;
+        let (status, body) = self.get(&format!("/api/seckill/{g}/result"), Some(user_token)).await;
         assert_eq!(status, 200, "result: {body}");
         serde_json::from_value(body).unwrap()
     }
 
     /// Polls until the result is no longer `queued` (or `within` passes: then the last one).
-    pub async fn final_result(
-        &self,
-        user_token: &str,
-        g: GoodsId,
-        within: Duration,
-    ) -> SeckillResult {
+    pub async fn final_result(&self, user_token: &str, g: GoodsId, within: Duration) -> SeckillResult {
         let deadline = Instant::now() + within;
         loop {
             let r = self.result(user_token, g).await;
@@ -280,8 +256,7 @@ impl System {
     }
 
     pub async fn order_by_id(&self, user_token: &str, id: i64) -> Answer {
-        self.get(&format!("/api/orders/{id}"), Some(user_token))
-            .await
+        self.get(&format!("/api/orders/{id}"), Some(user_token)).await
     }
 
     pub async fn goods(&self, g: GoodsId) -> Goods {
@@ -299,19 +274,11 @@ impl System {
     }
 
     pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {
-        self.redis()
-            .await
-            .get(self.redis_keys.stock(g))
-            .await
-            .unwrap()
+        self.redis().await.get(self.redis_keys.stock(g)).await.unwrap()
     }
 
     pub async fn redis_users(&self, g: GoodsId) -> i64 {
-        self.redis()
-            .await
-            .hlen(self.redis_keys.users(g))
-            .await
-            .unwrap()
+        self.redis().await.hlen(self.redis_keys.users(g)).await.unwrap()
     }
 
     /// Active (unpaid or paid) orders of a sale, straight from the order database, and the
@@ -341,24 +308,18 @@ impl System {
     /// Units held by unreleased deductions at stock-service, straight from its database.
     pub async fn held_at_stock(&self, g: GoodsId) -> i64 {
         let mut conn = self.stock_db.connect().await;
-        stock_service::ledger::held(&mut conn, g.get())
-            .await
-            .unwrap()
+        stock_service::ledger::held(&mut conn, g.get()).await.unwrap()
     }
 
     /// Messages waiting in a queue of this test.
     pub async fn queue_depth(&self, queue: &str) -> u32 {
-        let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
-            .await
-            .unwrap();
+        let conn =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
         let channel = conn.create_channel().await.unwrap();
         let q = channel
             .queue_declare(
                 queue.into(),
-                lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
+                lapin::options::QueueDeclareOptions { passive: true, ..Default::default() },
                 Default::default(),
             )
             .await

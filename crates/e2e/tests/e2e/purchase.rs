@@ -23,9 +23,7 @@ async fn one_purchase_from_token_to_order() {
     assert_eq!(body["status"], "queued");
     assert!(body["request_id"].as_str().unwrap().len() == 36);
 
-    let result = sys
-        .final_result(&buyer, sale.id, Duration::from_secs(15))
-        .await;
+    let result = sys.final_result(&buyer, sale.id, Duration::from_secs(15)).await;
     assert_eq!(result.status, SeckillStatus::Success, "{result:?}");
     let order_id = result.order_id.expect("an order id with success").get();
 
@@ -44,10 +42,7 @@ async fn one_purchase_from_token_to_order() {
     assert_eq!(list.as_array().unwrap().len(), 1);
     let other = sys.dev_token(43, "user").await;
     let (status, body) = sys.order_by_id(&other, order_id).await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (404, Some("ORDER_NOT_FOUND"))
-    );
+    assert_eq!((status, body["code"].as_str()), (404, Some("ORDER_NOT_FOUND")));
 
     // Stock moved everywhere by exactly one.
     assert_eq!(sys.goods(sale.id).await.stock_available, 2);
@@ -63,9 +58,7 @@ async fn a_second_click_of_the_same_user_is_refused_and_takes_nothing() {
     assert_eq!(sys.buy(&buyer, sale.id).await.0, 202);
     let (status, body) = sys.buy(&buyer, sale.id).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("REPEATED")));
-    let result = sys
-        .final_result(&buyer, sale.id, Duration::from_secs(15))
-        .await;
+    let result = sys.final_result(&buyer, sale.id, Duration::from_secs(15)).await;
     assert_eq!(result.status, SeckillStatus::Success);
     assert_eq!(sys.redis_stock(sale.id).await, Some(4));
     assert_eq!(sys.active_orders(sale.id).await, (1, 1));
@@ -74,12 +67,8 @@ async fn a_second_click_of_the_same_user_is_refused_and_takes_nothing() {
 #[tokio::test]
 async fn sale_windows_are_answered_before_any_stock_moves() {
     let sys = spawn_system();
-    let later = sys
-        .create_sale(5, chrono::Duration::hours(1), chrono::Duration::hours(2))
-        .await;
-    let over = sys
-        .create_sale(5, chrono::Duration::hours(-2), chrono::Duration::hours(-1))
-        .await;
+    let later = sys.create_sale(5, chrono::Duration::hours(1), chrono::Duration::hours(2)).await;
+    let over = sys.create_sale(5, chrono::Duration::hours(-2), chrono::Duration::hours(-1)).await;
     let buyer = sys.dev_token(9, "user").await;
 
     let (status, body) = sys.path_token(&buyer, later.id).await;

@@ -1,0 +1,252 @@
+//! A consumer that survives the broker: it connects, declares what it needs, consumes in
+//! batches of what is ready, and after any connection or channel failure reconnects with
+//! backoff (1 s doubling to 30 s) and declares again. On shutdown the batch in hand is
+//! finished; unacked messages the broker had handed over return to their queue.
+//!
+//! Handlers settle each message themselves through [`Inbox`]: ack, retry later (bounded by
+//! `amqp.max_attempts`, through the queue's retry queue), or dead-letter with a log line.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    BasicRejectOptions, ConfirmSelectOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation};
+use seckill_common::amqp::{AmqpNames, retry_queue};
+use seckill_common::config::AmqpSettings;
+use tokio_util::sync::CancellationToken;
+
+use crate::amqp::{Declare, connect, declare};
+
+/// The header counting a message's tries (absent on the first).
+const ATTEMPT_HEADER: &str = "x-attempt";
+
+/// Where the messages come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A durable work queue shared by every replica of the consumer.
+    Queue(String),
+    /// A fanout exchange: each consumer gets its own exclusive queue, gone when it disconnects.
+    Fanout(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    /// For logs and the broker's connection list.
+    pub name: String,
+    pub source: Source,
+    pub declares: Vec<Declare>,
+    /// Unacked messages the broker hands over at once: the backpressure.
+    pub prefetch: u16,
+    /// Most messages handed to the handler at once.
+    pub batch_size: usize,
+}
+
+/// One batch of deliveries and the means to settle each.
+pub struct Inbox {
+    pub deliveries: Vec<Delivery>,
+    channel: Channel,
+    /// Confirms on: a retry copy is acknowledged by the broker before its original is acked.
+    publisher: Channel,
+    queue: String,
+    settings: AmqpSettings,
+}
+
+/// What became of a message that failed a try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// It waits in the retry queue and comes back after the delay.
+    Later,
+    /// It had its tries: the caller compensates, then dead-letters it.
+    Exhausted,
+}
+
+impl Inbox {
+    /// Which try this is (1 for the first).
+    pub fn attempt(delivery: &Delivery) -> u32 {
+        delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(ATTEMPT_HEADER))
+            .and_then(|v| match v {
+                AMQPValue::LongUInt(n) => Some(*n),
+                AMQPValue::LongLongInt(n) => u32::try_from(*n).ok(),
+                AMQPValue::LongInt(n) => u32::try_from(*n).ok(),
+                _ => None,
+            })
+            .unwrap_or(1)
+    }
+
+    pub async fn ack(&self, delivery: &Delivery) -> lapin::Result<()> {
+        self.channel.basic_ack(delivery.delivery_tag, BasicAckOptions::default()).await
+    }
+
+    /// Acks every delivery up to and including `delivery`'s (one frame for a whole batch).
+    pub async fn ack_through(&self, delivery: &Delivery) -> lapin::Result<()> {
+        self.channel.basic_ack(delivery.delivery_tag, BasicAckOptions { multiple: true }).await
+    }
+
+    /// Hands it back to the queue at once, its try not counted (the failure was not its own:
+    /// a dependency is down). Callers pause first, so an outage is not spun on.
+    pub async fn requeue(&self, delivery: &Delivery) -> lapin::Result<()> {
+        self.channel
+            .basic_nack(delivery.delivery_tag, BasicNackOptions { multiple: false, requeue: true })
+            .await
+    }
+
+    /// As [`Self::requeue`], for every delivery up to and including `delivery`'s.
+    pub async fn requeue_through(&self, delivery: &Delivery) -> lapin::Result<()> {
+        self.channel
+            .basic_nack(delivery.delivery_tag, BasicNackOptions { multiple: true, requeue: true })
+            .await
+    }
+
+    /// Sends it to the queue's dead-letter queue, naming why in the log.
+    pub async fn dead_letter(&self, delivery: &Delivery, why: &str) -> lapin::Result<()> {
+        tracing::error!(queue = %self.queue, delivery_tag = delivery.delivery_tag,
+            body = %String::from_utf8_lossy(&delivery.data), reason = why, "message sent to the dead-letter queue");
+        metrics::counter!("amqp_messages_dead_lettered_total", "queue" => self.queue.clone()).increment(1);
+        self.channel.basic_reject(delivery.delivery_tag, BasicRejectOptions { requeue: false }).await
+    }
+
+    /// Puts a copy with the next try number in the retry queue (confirmed), then acks the
+    /// original; or, when it had its tries, says so and leaves it unsettled for the caller.
+    pub async fn retry_later(&self, delivery: &Delivery) -> anyhow::Result<Retry> {
+        let attempt = Self::attempt(delivery);
+        if attempt >= self.settings.max_attempts {
+            return Ok(Retry::Exhausted);
+        }
+        let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongUInt(attempt + 1));
+        let properties: BasicProperties =
+            delivery.properties.clone().with_headers(headers).with_delivery_mode(2);
+        let confirm = self
+            .publisher
+            .basic_publish(
+                ShortString::from(""),
+                retry_queue(&self.queue, self.settings.retry_delay_ms).into(),
+                BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+                &delivery.data,
+                properties,
+            )
+            .await?
+            .await?;
+        anyhow::ensure!(matches!(confirm, Confirmation::Ack(None)), "retry copy not confirmed: {confirm:?}");
+        self.ack(delivery).await?;
+        metrics::counter!("amqp_messages_retried_total", "queue" => self.queue.clone()).increment(1);
+        Ok(Retry::Later)
+    }
+}
+
+/// Runs until `cancel`, reconnecting after failures. `handle` settles every delivery of the
+/// inbox it is given; an error from it means the connection is in doubt, and the consumer
+/// reconnects (unsettled messages come back).
+pub async fn run<F, Fut>(settings: AmqpSettings, spec: ConsumerSpec, cancel: CancellationToken, handle: F)
+where
+    F: Fn(Inbox) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match consume(&settings, &spec, &cancel, &handle).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::error!(consumer = %spec.name, error = format!("{e:#}"), ?backoff, "consumer lost its connection; reconnecting");
+                metrics::counter!("amqp_consumer_reconnects_total", "consumer" => spec.name.clone())
+                    .increment(1);
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn consume<F, Fut>(
+    settings: &AmqpSettings,
+    spec: &ConsumerSpec,
+    cancel: &CancellationToken,
+    handle: &F,
+) -> anyhow::Result<()>
+where
+    F: Fn(Inbox) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let names = AmqpNames::new(settings.prefix.clone());
+    let connection = connect(&settings.url, &format!("{}{}", names.prefix(), spec.name)).await?;
+    let channel = connection.create_channel().await?;
+    declare(&channel, &names, settings, &spec.declares).await?;
+    let queue = match &spec.source {
+        Source::Queue(q) => q.clone(),
+        Source::Fanout(exchange) => {
+            let q = channel
+                .queue_declare(
+                    "".into(),
+                    QueueDeclareOptions {
+                        exclusive: true,
+                        auto_delete: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await?;
+            let name = q.name().to_string();
+            channel
+                .queue_bind(
+                    name.as_str().into(),
+                    exchange.as_str().into(),
+                    "".into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            name
+        }
+    };
+    let publisher = connection.create_channel().await?;
+    publisher.confirm_select(ConfirmSelectOptions::default()).await?;
+    channel.basic_qos(spec.prefetch, BasicQosOptions::default()).await?;
+    let consumer = channel
+        .basic_consume(
+            queue.as_str().into(),
+            format!("{}-{}", spec.name, uuid::Uuid::new_v4().simple()).into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::info!(consumer = %spec.name, %queue, "consuming");
+    // Whatever the broker has ready, up to a batch: big batches under load, single messages
+    // (no added latency) when it is quiet.
+    let mut batches = consumer.ready_chunks(spec.batch_size.max(1));
+    loop {
+        let next = tokio::select! {
+            () = cancel.cancelled() => None,
+            next = batches.next() => Some(next),
+        };
+        let Some(next) = next else {
+            let _ = channel.close(200, "shutting down".into()).await;
+            let _ = connection.close(200, "shutting down".into()).await;
+            return Ok(());
+        };
+        let Some(batch) = next else {
+            anyhow::bail!("the broker ended the consumer");
+        };
+        let deliveries = batch.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let inbox = Inbox {
+            deliveries,
+            channel: channel.clone(),
+            publisher: publisher.clone(),
+            queue: queue.clone(),
+            settings: settings.clone(),
+        };
+        handle(inbox).await?;
+    }
+}

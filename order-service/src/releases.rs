@@ -1,0 +1,118 @@
+//! Giving units back: the release message of a cancelled or expired order, and the sweeper
+//! that owes nothing for long. The order row is its own outbox: `release_sent_at` is set only
+//! after the broker confirmed the release, so a crash between the status change and the publish
+//! is caught by the sweeper, which also expires overdue orders whose delay message was lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use lapin::BasicProperties;
+use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason};
+use seckill_common::api::OrderStatus;
+use seckill_common::{GoodsId, OrderId, UserId};
+use seckill_db::PgPool;
+use seckill_infra::amqp::Publisher;
+use tokio_util::sync::CancellationToken;
+
+use crate::orders::{OrderRow, transition};
+
+/// Rows per sweep step: a backlog drains over several ticks rather than in one huge statement.
+const SWEEP_LIMIT: i64 = 500;
+
+pub struct Releaser {
+    pool: PgPool,
+    publisher: Arc<Publisher>,
+    names: AmqpNames,
+}
+
+impl Releaser {
+    pub fn new(pool: PgPool, publisher: Arc<Publisher>, names: AmqpNames) -> Self {
+        Self { pool, publisher, names }
+    }
+
+    /// Publishes the release of each order (cancelled or expired), confirmed, then records it.
+    pub async fn send(&self, rows: &[OrderRow]) -> anyhow::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let queue = self.names.stock_release_queue();
+        try_join_all(rows.iter().map(|row| {
+            let queue = queue.clone();
+            async move {
+                let message = release_of(row)?;
+                let body = serde_json::to_vec(&message)?;
+                let properties = BasicProperties::default()
+                    .with_content_type("application/json".into())
+                    .with_message_id(row.request_id.to_string().into());
+                self.publisher.publish(&queue, &body, properties).await?;
+                anyhow::Ok(())
+            }
+        }))
+        .await?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let mut conn = self.pool.get().await?;
+        transition::mark_release_sent(&mut conn, &ids).await?;
+        metrics::counter!("order_releases_sent_total").increment(rows.len() as u64);
+        Ok(())
+    }
+
+    /// One sweep: overdue unpaid orders expire; owed releases are sent.
+    pub async fn sweep(&self, grace: Duration) -> anyhow::Result<()> {
+        let grace = chrono::Duration::from_std(grace)?;
+        let expired = {
+            let mut conn = self.pool.get().await?;
+            transition::expire_overdue(&mut conn, grace, SWEEP_LIMIT).await?
+        };
+        if !expired.is_empty() {
+            tracing::warn!(orders = expired.len(), "expired overdue orders whose delay message did not come");
+            self.send(&expired).await?;
+        }
+        let owed = {
+            let mut conn = self.pool.get().await?;
+            transition::releases_owed(&mut conn, grace, SWEEP_LIMIT).await?
+        };
+        if !owed.is_empty() {
+            tracing::warn!(orders = owed.len(), "sending releases that were owed");
+            self.send(&owed).await?;
+        }
+        Ok(())
+    }
+}
+
+fn release_of(row: &OrderRow) -> anyhow::Result<Release> {
+    let reason = match OrderStatus::parse(&row.status) {
+        Some(OrderStatus::Cancelled) => ReleaseReason::Cancelled,
+        Some(OrderStatus::Expired) => ReleaseReason::Expired,
+        other => anyhow::bail!("order {} is {other:?}: nothing to release", row.id),
+    };
+    Ok(Release {
+        v: MESSAGE_VERSION,
+        order_key: row.request_id,
+        order_id: OrderId::new(row.id).ok_or_else(|| anyhow::anyhow!("order id {}", row.id))?,
+        user_id: UserId::new(row.user_id).ok_or_else(|| anyhow::anyhow!("user id {}", row.user_id))?,
+        goods_id: GoodsId::new(row.goods_id).ok_or_else(|| anyhow::anyhow!("goods id {}", row.goods_id))?,
+        reason,
+    })
+}
+
+/// Sweeps every `every` until cancelled. `grace` is how far past its expiry an unpaid order, or
+/// how old an owed release, must be before the sweeper acts (the queues normally act first).
+pub async fn run_sweeper(
+    releaser: Arc<Releaser>,
+    every: Duration,
+    grace: Duration,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = releaser.sweep(grace).await {
+            tracing::warn!(error = format!("{e:#}"), "sweep failed; next tick tries again");
+        }
+    }
+}

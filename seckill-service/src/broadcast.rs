@@ -1,0 +1,85 @@
+//! Keeping every replica's sold-out flag right. A replica that sees a sale sell out tells the
+//! others through the `seckill.broadcast` fanout; the replica that puts a unit back (restock)
+//! tells them it is on sale again. Each replica hears both on its own exclusive queue. Losing a
+//! broadcast costs at most `seckill.sold_out_recheck_ms`: the flag re-checks Redis by itself.
+
+use actix_web::web;
+use lapin::BasicProperties;
+use seckill_common::GoodsId;
+use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode};
+use seckill_infra::consumer::{Inbox, Retry};
+
+use crate::sales::now_ms;
+use crate::state::AppState;
+
+/// Tells every replica (this one included), best effort: a failure is logged, not returned.
+pub async fn announce(state: &AppState, kind: BroadcastKind, g: GoodsId) {
+    let body = match serde_json::to_vec(&Broadcast::new(kind, g)) {
+        Ok(b) => b,
+        Err(e) => return tracing::error!(error = %e, "cannot encode a broadcast"),
+    };
+    let properties = BasicProperties::default().with_content_type("application/json".into());
+    if let Err(e) = state.publisher.publish_to(&state.names.broadcast_exchange(), "", &body, properties).await
+    {
+        tracing::warn!(error = %e, goods_id = %g, ?kind, "broadcast not sent; replicas re-check by themselves");
+    }
+}
+
+/// What this replica hears from the others.
+pub async fn handle_broadcasts(state: web::Data<AppState>, inbox: Inbox) -> anyhow::Result<()> {
+    for d in &inbox.deliveries {
+        match decode::<Broadcast>(&d.data) {
+            Ok(b) => {
+                if let Some(sale) = state.sales.cached(b.goods_id) {
+                    match b.kind {
+                        BroadcastKind::SoldOut => {
+                            sale.flag_sold_out(now_ms(), state.settings.sold_out_recheck());
+                        }
+                        BroadcastKind::Restocked => sale.clear_sold_out(),
+                    }
+                }
+            }
+            Err(why) => tracing::error!(reason = why, "undecodable broadcast dropped"),
+        }
+    }
+    if let Some(last) = inbox.deliveries.last() {
+        inbox.ack_through(last).await?;
+    }
+    Ok(())
+}
+
+/// `seckill.restock`: an order's unit came back at the authority; back into Redis, and the
+/// buyer may try again. Idempotent on the order key.
+pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow::Result<()> {
+    for d in &inbox.deliveries {
+        let release = match decode::<Release>(&d.data) {
+            Ok(r) => r,
+            Err(why) => {
+                inbox.dead_letter(d, &why).await?;
+                continue;
+            }
+        };
+        match state.gate.restore(release.goods_id, release.user_id, release.order_key).await {
+            Ok(restored) => {
+                if restored {
+                    tracing::info!(goods_id = %release.goods_id, user_id = %release.user_id, reason = ?release.reason,
+                        "unit back on sale");
+                    metrics::counter!("seckill_units_restocked_total").increment(1);
+                    if let Some(sale) = state.sales.cached(release.goods_id) {
+                        sale.clear_sold_out();
+                    }
+                    announce(&state, BroadcastKind::Restocked, release.goods_id).await;
+                }
+                inbox.ack(d).await?;
+            }
+            Err(e) => {
+                // Redis is the only dependency here: a failure is an outage of it.
+                tracing::error!(error = %e, "redis unavailable; the restock waits for a retry");
+                if inbox.retry_later(d).await? == Retry::Exhausted {
+                    inbox.dead_letter(d, "out of tries").await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
