@@ -24,10 +24,10 @@ declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=
 # The config sections each binary accepts. Every settings struct denies unknown fields, so a
 # SECKILL__<SECTION>__* variable may only reach a service that has that section.
 declare -A SECTIONS=(
-    [gateway]="http log auth upstreams"
+    [gateway]="http log auth dev_token upstreams rate_limit"
     [seckill-service]="http log redis amqp upstreams seckill"
     [order-service]="http log database redis amqp upstreams order"
-    [stock-service]="http log database"
+    [stock-service]="http log database amqp"
 )
 READY_TIMEOUT=${SECKILL_READY_TIMEOUT:-60}
 
@@ -161,7 +161,7 @@ for name in "${SERVICES[@]}"; do
 done
 
 start_service stock-service "${PORT[stock-service]}" \
-    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_stock"
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_stock" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 start_service seckill-service "${PORT[seckill-service]}" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 start_service order-service "${PORT[order-service]}" \
@@ -198,6 +198,7 @@ GW=$GATEWAY
 TOKEN=\$(curl -s -X POST \$GW/api/auth/dev-token -H 'content-type: application/json' -d '{"user_id": 42, "role": "user"}' | $PY_TOKEN)
 SALE_TOKEN=\$(curl -s -X POST \$GW/api/seckill/$GOODS_ID/token -H "authorization: Bearer \$TOKEN" | $PY_TOKEN)
 curl -s -X POST \$GW/api/seckill/$GOODS_ID/orders -H "authorization: Bearer \$TOKEN" -H "x-seckill-token: \$SALE_TOKEN"; echo
+sleep 1  # the order is written asynchronously: give the consumer a moment
 curl -s \$GW/api/seckill/$GOODS_ID/result -H "authorization: Bearer \$TOKEN"; echo
 ORDER_ID=\$(curl -s \$GW/api/seckill/$GOODS_ID/result -H "authorization: Bearer \$TOKEN" | $PY_ORDER)
 curl -s \$GW/api/orders/\$ORDER_ID -H "authorization: Bearer \$TOKEN"; echo
