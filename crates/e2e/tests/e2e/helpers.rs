@@ -305,6 +305,22 @@ impl System {
         (row.orders, row.most_per_user)
     }
 
+    /// The request id (the order key at stock-service) of an order, from the order database.
+    pub async fn order_key_of(&self, order_id: i64) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            key: String,
+        }
+        let mut conn = self.order_db.connect().await;
+        let row: Row = diesel::sql_query("SELECT request_id::TEXT AS key FROM orders WHERE id = $1")
+            .bind::<diesel::sql_types::BigInt, _>(order_id)
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+        row.key
+    }
+
     /// Units held by unreleased deductions at stock-service, straight from its database.
     pub async fn held_at_stock(&self, g: GoodsId) -> i64 {
         let mut conn = self.stock_db.connect().await;
@@ -331,4 +347,93 @@ impl System {
 
 pub fn order_of(body: &Value) -> Order {
     serde_json::from_value(body.clone()).unwrap()
+}
+
+impl System {
+    pub async fn pay(&self, user_token: &str, order_id: i64) -> Answer {
+        self.post(&format!("/api/orders/{order_id}/pay"), Some(user_token), Value::Null).await
+    }
+
+    pub async fn cancel(&self, user_token: &str, order_id: i64) -> Answer {
+        self.post(&format!("/api/orders/{order_id}/cancel"), Some(user_token), Value::Null).await
+    }
+
+    /// Buys and waits for the order: its id.
+    pub async fn buy_order(&self, user_token: &str, g: GoodsId) -> i64 {
+        let (status, body) = self.buy(user_token, g).await;
+        assert_eq!(status, 202, "buy: {body}");
+        let r = self.final_result(user_token, g, Duration::from_secs(20)).await;
+        assert_eq!(r.status, SeckillStatus::Success, "{r:?}");
+        r.order_id.unwrap().get()
+    }
+
+    pub async fn order_status(&self, user_token: &str, order_id: i64) -> String {
+        let (status, body) = self.order_by_id(user_token, order_id).await;
+        assert_eq!(status, 200, "{body}");
+        body["status"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until `check` holds (polling every 100 ms), or panics naming `what` after `within`.
+    pub async fn eventually<F, Fut>(&self, what: &str, within: Duration, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + within;
+        while !check().await {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Publishes a raw body to a queue of this test, as a foreign or broken publisher would.
+    pub async fn publish_raw(&self, queue: &str, body: &[u8]) {
+        let conn =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        channel.confirm_select(Default::default()).await.unwrap();
+        channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                Default::default(),
+                body,
+                lapin::BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let _ = conn.close(200, "published".into()).await;
+    }
+
+    /// Closes, from the broker's side, every connection of this test whose name contains
+    /// `part` (as `rabbitmqctl close_connection` does for an operator). Returns how many.
+    pub fn close_connections(&self, part: &str) -> usize {
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["list_connections", "pid", "client_properties", "-q"])
+            .output()
+            .expect("rabbitmqctl runs");
+        // One line a connection: the pid, a tab, the client properties, among them
+        // {"connection_name","<name>"}.
+        let wanted = self.amqp_names.prefix().to_owned();
+        let mut closed = 0;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Some((pid, properties)) = line.split_once('\t') else { continue };
+            let name = properties
+                .split_once("{\"connection_name\",\"")
+                .and_then(|(_, rest)| rest.split('"').next())
+                .unwrap_or_default();
+            let named = name.starts_with(&wanted) && name.contains(part);
+            if named {
+                let status = std::process::Command::new("rabbitmqctl")
+                    .args(["close_connection", pid, "test closes it", "-q"])
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "close_connection {pid}");
+                closed += 1;
+            }
+        }
+        closed
+    }
 }

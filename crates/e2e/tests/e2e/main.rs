@@ -4,4 +4,6 @@
 mod bad_input;
 mod flash_sale;
 mod helpers;
+mod lifecycle;
 mod purchase;
+mod queues;
