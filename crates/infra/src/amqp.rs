@@ -244,7 +244,7 @@ impl Publisher {
 
     pub async fn close(&self) {
         let link = self.link.read().await.clone();
-        let _ = link.connection.close(200, "shutting down".into()).await;
+        close_quietly(&link.connection).await;
     }
 }
 
@@ -263,4 +263,15 @@ async fn open_link(
     }
     declare(&channels[0], names, settings, declares).await?;
     Ok(Link { connection, channels })
+}
+
+/// Closes a connection (and its channels) at shutdown, waiting at most two seconds for the
+/// broker's answer: a broker that is gone must not hold the shutdown up.
+pub async fn close_quietly(connection: &Connection) {
+    let closing = connection.close(200, "shutting down".into());
+    match tokio::time::timeout(Duration::from_secs(2), closing).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "connection already closed"),
+        Err(_) => tracing::warn!("the broker did not answer the close in time"),
+    }
 }

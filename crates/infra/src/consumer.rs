@@ -232,8 +232,7 @@ where
             next = batches.next() => Some(next),
         };
         let Some(next) = next else {
-            let _ = channel.close(200, "shutting down".into()).await;
-            let _ = connection.close(200, "shutting down".into()).await;
+            crate::amqp::close_quietly(&connection).await;
             return Ok(());
         };
         let Some(batch) = next else {

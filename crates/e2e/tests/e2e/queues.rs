@@ -79,3 +79,27 @@ async fn consumers_survive_their_connections_being_closed_mid_sale() {
     assert_eq!(sys.queue_depth(&sys.amqp_names.orders_queue()).await, 0);
     assert_eq!(sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await, 0);
 }
+
+/// The broker drops every connection of seckill-service and order-service between two buyers
+/// (publishers and consumers alike): the next buyer is still served, and the unit still flows
+/// through the whole chain.
+#[tokio::test]
+async fn publishers_reconnect_after_the_broker_drops_them() {
+    let sys = spawn_system();
+    let sale = sys.open_sale(3).await;
+    let first = sys.dev_token(61, "user").await;
+    sys.buy_order(&first, sale.id).await;
+
+    let closed = sys.close_connections("seckill-service") + sys.close_connections("order-service");
+    assert!(closed >= 4, "publishers and consumers closed ({closed})");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let second = sys.dev_token(62, "user").await;
+    let order = sys.buy_order(&second, sale.id).await;
+    let (status, _) = sys.cancel(&second, order).await;
+    assert_eq!(status, 200);
+    sys.eventually("the cancelled unit is back", Duration::from_secs(30), || async {
+        sys.redis_stock(sale.id).await == Some(2) && sys.goods(sale.id).await.stock_available == 2
+    })
+    .await;
+}

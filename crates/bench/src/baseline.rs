@@ -1,0 +1,299 @@
+//! This machine's limits, measured in the same run as the scenarios: plain GET load at a URL
+//! (`http`), a trivial upstream to put behind the gateway for a one-hop baseline (`upstream`),
+//! and persistent AMQP publishing with many confirms in flight (`amqp-publish`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use http_body_util::Full;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::client::{Conn, Endpoint, Req};
+use crate::machine;
+use crate::memory::{ProcTarget, Sampler};
+use crate::progress::Progress;
+use crate::record::{Call, Clock, Event, PUBLISH_ACK, PUBLISH_NACK};
+use crate::report::{self, KIND_AMQP, KIND_HTTP, Report};
+use crate::stats;
+
+/// `http`: GET `url` on `connections` keep-alive connections for `duration`.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub name: String,
+    pub url: String,
+    pub connections: usize,
+    pub duration: Duration,
+    /// Open loop at this many requests per second (latency from the scheduled start).
+    pub rate: Option<f64>,
+    pub request_timeout: Duration,
+    pub progress: bool,
+    pub procs: Vec<ProcTarget>,
+}
+
+pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
+    let endpoint = Endpoint::parse(&cfg.url)?;
+    let conns = Conn::open_many(&endpoint, cfg.connections.max(1), cfg.request_timeout).await?;
+    let progress = Progress::new(cfg.progress && cfg.duration >= Duration::from_secs(3), None, &cfg.name);
+    let cpu_before = machine::snapshot();
+    let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let clock = Clock::start();
+    let deadline = clock.t0() + cfg.duration;
+    let seq = Arc::new(AtomicU64::new(0));
+    let mut workers = JoinSet::new();
+    for mut conn in conns {
+        let (seq, counter, rate) = (seq.clone(), progress.counter.clone(), cfg.rate);
+        workers.spawn(async move {
+            let mut events = Vec::new();
+            loop {
+                let scheduled = rate.map(|r| {
+                    clock.t0() + Duration::from_secs_f64(seq.fetch_add(1, Ordering::Relaxed) as f64 / r)
+                });
+                if scheduled.unwrap_or_else(Instant::now) >= deadline {
+                    break;
+                }
+                if let Some(at) = scheduled {
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                let start = scheduled.unwrap_or_else(Instant::now);
+                let a = conn.send(Req::get("")).await;
+                events.push(clock.event(Call::Get, a.status, start, Instant::now()));
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            (events, conn.reconnects)
+        });
+    }
+    let mut events: Vec<Event> = Vec::new();
+    let mut reconnects = 0;
+    while let Some(done) = workers.join_next().await {
+        let (e, r) = done.context("a load worker panicked")?;
+        events.extend(e);
+        reconnects += r;
+    }
+    let end_us = clock.now_us();
+    progress.finish();
+    let memory = sampler.stop();
+    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+    let mut notes = Vec::new();
+    if reconnects > 0 {
+        notes.push(format!("{reconnects} connections were re-opened after an error or a close"));
+    }
+    if cpu.disturbed {
+        notes.push(format!(
+            "other processes used {:.2} cores during the run: the figures are disturbed",
+            cpu.others_cores
+        ));
+    }
+    Ok(Report {
+        kind: KIND_HTTP.into(),
+        name: cfg.name.clone(),
+        started_at: report::now_rfc3339(),
+        command: report::this_command(),
+        params: json!({
+            "url": cfg.url,
+            "connections": cfg.connections,
+            "duration_secs": cfg.duration.as_secs_f64(),
+            "rate": cfg.rate,
+        }),
+        duration_secs: f64::from(end_us) / 1e6,
+        calls: stats::call_stats(&events),
+        buy: None,
+        drain: None,
+        invariants: Vec::new(),
+        memory,
+        cpu: Some(cpu),
+        timeline: stats::timeline(&events, &[], stats::bucket_ms_for(u64::from(end_us))),
+        notes,
+    })
+}
+
+/// The body the trivial upstream answers to any request.
+pub const UPSTREAM_BODY: &str = r#"[{"id":1,"name":"baseline","stock_available":0}]"#;
+
+/// `upstream`: answers `body` (JSON) to any request on `listener`, keep-alive, until
+/// `shutdown` resolves.
+pub async fn serve_upstream(
+    listener: TcpListener,
+    body: Bytes,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    let json = HeaderValue::from_static("application/json");
+    loop {
+        let (stream, _) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => accepted?,
+        };
+        let _ = stream.set_nodelay(true);
+        let (body, json) = (body.clone(), json.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |_req: Request<hyper::body::Incoming>| {
+                let mut res = Response::new(Full::new(body.clone()));
+                res.headers_mut().insert(CONTENT_TYPE, json.clone());
+                async move { Ok::<_, Infallible>(res) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// `amqp-publish`: `messages` persistent publishes with confirms, `in_flight` unconfirmed at
+/// most, to a scratch durable queue deleted afterwards.
+#[derive(Debug, Clone)]
+pub struct AmqpConfig {
+    pub name: String,
+    pub url: String,
+    pub messages: u64,
+    pub in_flight: usize,
+    pub body_bytes: usize,
+    pub progress: bool,
+    pub procs: Vec<ProcTarget>,
+}
+
+pub async fn amqp_publish(cfg: &AmqpConfig) -> anyhow::Result<Report> {
+    let conn = Connection::connect(
+        &cfg.url,
+        ConnectionProperties::default().with_connection_name("seckill-bench".into()),
+    )
+    .await
+    .with_context(|| format!("connecting to RabbitMQ at {}", redact(&cfg.url)))?;
+    let channel = conn.create_channel().await?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    let queue = format!("seckill-bench.scratch.{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    channel
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await?;
+    let result = publish_all(&channel, &queue, cfg).await;
+    let deleted = channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await;
+    let _ = conn.close(200, "bench done".into()).await;
+    let mut report = result?;
+    if let Err(e) = deleted {
+        report.notes.push(format!("could not delete the scratch queue {queue}: {e}"));
+    }
+    Ok(report)
+}
+
+async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) -> anyhow::Result<Report> {
+    // A body the size of an order request message.
+    let mut body =
+        br#"{"v":1,"request_id":"00000000-0000-0000-0000-000000000000","user_id":1,"goods_id":1,"ts":0}"#
+            .to_vec();
+    body.resize(cfg.body_bytes.max(1), b' ');
+    let progress = Progress::new(cfg.progress, Some(cfg.messages), "publishing");
+    let cpu_before = machine::snapshot();
+    let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let clock = Clock::start();
+    let mut events = Vec::with_capacity(usize::try_from(cfg.messages).unwrap_or(0));
+    let mut waiting = FuturesUnordered::new();
+    let record = |events: &mut Vec<Event>, (start, confirmed): (Instant, lapin::Result<Confirmation>)| {
+        let status = match confirmed {
+            Ok(Confirmation::Ack(None) | Confirmation::NotRequested) => PUBLISH_ACK,
+            Ok(_) => PUBLISH_NACK,
+            Err(_) => crate::client::STATUS_ERROR,
+        };
+        events.push(clock.event(Call::Publish, status, start, Instant::now()));
+        progress.inc(1);
+    };
+    for _ in 0..cfg.messages {
+        while waiting.len() >= cfg.in_flight.max(1) {
+            if let Some(done) = waiting.next().await {
+                record(&mut events, done);
+            }
+        }
+        let start = Instant::now();
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await?;
+        waiting.push(async move { (start, confirm.await) });
+    }
+    while let Some(done) = waiting.next().await {
+        record(&mut events, done);
+    }
+    let end_us = clock.now_us();
+    progress.finish();
+    let memory = sampler.stop();
+    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+    let mut notes = Vec::new();
+    if cpu.disturbed {
+        notes.push(format!(
+            "other processes used {:.2} cores during the run: the figures are disturbed",
+            cpu.others_cores
+        ));
+    }
+    Ok(Report {
+        kind: KIND_AMQP.into(),
+        name: cfg.name.clone(),
+        started_at: report::now_rfc3339(),
+        command: report::this_command(),
+        params: json!({
+            "url": redact(&cfg.url),
+            "messages": cfg.messages,
+            "in_flight": cfg.in_flight,
+            "body_bytes": body.len(),
+            "persistent": true,
+            "queue": "durable scratch queue, deleted afterwards",
+        }),
+        duration_secs: f64::from(end_us) / 1e6,
+        calls: stats::call_stats(&events),
+        buy: None,
+        drain: None,
+        invariants: Vec::new(),
+        memory,
+        cpu: Some(cpu),
+        timeline: stats::timeline(&events, &[], stats::bucket_ms_for(u64::from(end_us))),
+        notes,
+    })
+}
+
+/// A URL with its password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("amqp://guest:guest@127.0.0.1:5672/%2f"), "amqp://guest:***@127.0.0.1:5672/%2f");
+        assert_eq!(redact("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+    }
+}

@@ -1,0 +1,524 @@
+//! The command line: the scenarios, the baselines, and the helpers scripts/bench.sh uses to
+//! record other tools' figures and write docs/BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+
+use crate::baseline::{self, AmqpConfig, HttpConfig};
+use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
+use crate::memory::{self, ProcTarget};
+use crate::report::Report;
+use crate::scenario::{self, Scenario, ScenarioConfig};
+use crate::{chart, machine};
+
+/// Exit status when a scenario ran but an invariant broke.
+pub const EXIT_INVARIANT: u8 = 3;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "seckill-bench",
+    version,
+    about = "Load generator and benchmarks of the seckill system, driven through the gateway",
+    long_about = "Load generator and benchmarks of the seckill system, driven through the gateway.\n\n\
+        Scenarios create their own sale with an admin dev token, mint every user's token before the clock \
+        starts, fire path token + order per click on a set number of keep-alive connections, poll each \
+        accepted user's result until it is final, check the invariants from outside, and report per call \
+        and outcome (requests/s, latency p50/p90/p99/p99.9/max), the drain, and each service's memory."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// 1,000 users, 500 units (default 200 connections).
+    Seed(ScenarioArgs),
+    /// 20,000 users, 1,000 units, 500 connections.
+    Spike(ScenarioArgs),
+    /// Sells a sale out (1 unit), then hammers it for --duration (10 s) on 200 connections,
+    /// cycling through --users (10,000) so the per-user rate limit is not what answers.
+    SoldOut(ScenarioArgs),
+    /// One user clicking --clicks (1,000) times on 50 connections: mostly 409 and 429.
+    HotUser(ScenarioArgs),
+    /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
+    /// consumer's throughput (first 202 to last result final).
+    Drain(ScenarioArgs),
+    /// Plain GET load at a URL with N connections for D seconds.
+    Http(HttpArgs),
+    /// Serves a small fixed JSON body to any request (a trivial upstream for the gateway).
+    Upstream(UpstreamArgs),
+    /// Persistent publishes with publisher confirms to a scratch queue (deleted afterwards).
+    AmqpPublish(AmqpArgs),
+    /// Prints the gate's Lua script (seckill_common::scripts::RESERVE), for redis-benchmark.
+    GateScript,
+    /// Records a figure measured by another tool (JSON for `markdown`).
+    External(ExternalArgs),
+    /// Records this machine and the run's versions and notes (JSON for `markdown`).
+    Machine(MachineArgs),
+    /// Prints the median main figure of a measurement in a directory of reports.
+    Figure(FigureArgs),
+    /// Writes BENCHMARKS.md from a directory of reports.
+    Markdown(MarkdownArgs),
+}
+
+/// Where the report goes, and which processes to watch.
+#[derive(Debug, Clone, Args)]
+pub struct Output {
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a chart of throughput and latency over time (SVG) to this file.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Do not print the tables.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Directory of `<name>.pid` files (scripts/up.sh writes run/): those processes' memory
+    /// is sampled during the run.
+    #[arg(long, default_value = "run")]
+    pub run_dir: PathBuf,
+    /// Another process to watch, `name=PID` (repeatable).
+    #[arg(long = "pid", value_parser = ProcTarget::parse)]
+    pub pids: Vec<ProcTarget>,
+}
+
+impl Output {
+    fn procs(&self) -> Vec<ProcTarget> {
+        memory::discover(&self.run_dir, &self.pids)
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ScenarioArgs {
+    /// The gateway's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub gateway: String,
+    /// Distinct users (sold-out: the pool its clicks cycle through).
+    #[arg(long)]
+    pub users: Option<u64>,
+    /// Units on sale.
+    #[arg(long)]
+    pub stock: Option<i64>,
+    /// Keep-alive connections firing clicks.
+    #[arg(long, short = 'c')]
+    pub connections: Option<usize>,
+    /// hot-user: how many clicks the user makes.
+    #[arg(long)]
+    pub clicks: Option<u64>,
+    /// sold-out: seconds of hammering.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
+    /// start). Without it: closed loop, as fast as the connections are answered.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Order without asking for a path token first (for seckill.require_token=false).
+    #[arg(long)]
+    pub no_path_token: bool,
+    /// The first user id (users are consecutive from it).
+    #[arg(long)]
+    pub first_user: Option<i64>,
+    /// Least time between two polls of one user's result.
+    #[arg(long)]
+    pub poll_interval_ms: Option<u64>,
+    /// Connections polling results (default: a quarter of --connections, 4 to 64).
+    #[arg(long)]
+    pub poll_connections: Option<usize>,
+    /// Seconds to keep polling after the load ends before calling a result stuck.
+    #[arg(long)]
+    pub final_timeout: Option<f64>,
+    /// Per-request timeout.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// The report's name (default: the scenario's).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+impl ScenarioArgs {
+    pub fn config(&self, scenario: Scenario) -> ScenarioConfig {
+        let mut c = ScenarioConfig::new(scenario, self.gateway.clone());
+        if let Some(v) = &self.name {
+            c.name = v.clone();
+        }
+        if let Some(v) = self.users {
+            c.users = v;
+        }
+        if let Some(v) = self.stock {
+            c.stock = v;
+        }
+        if let Some(v) = self.connections {
+            c.connections = v;
+            c.poll_connections = scenario::default_poll_connections(v);
+        }
+        if self.clicks.is_some() {
+            c.clicks = self.clicks;
+        }
+        if let Some(v) = self.duration {
+            c.duration = Some(Duration::from_secs_f64(v));
+        }
+        c.rate = self.rate.filter(|r| *r > 0.0);
+        c.path_token = !self.no_path_token;
+        if let Some(v) = self.first_user {
+            c.first_user = v;
+        }
+        if let Some(v) = self.poll_interval_ms {
+            c.poll_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = self.poll_connections {
+            c.poll_connections = v;
+        }
+        if let Some(v) = self.final_timeout {
+            c.final_timeout = Duration::from_secs_f64(v);
+        }
+        c.request_timeout = Duration::from_millis(self.timeout_ms);
+        c.progress = !self.out.no_progress;
+        c.procs = self.out.procs();
+        c
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// The URL to GET (plain http).
+    #[arg(long)]
+    pub url: String,
+    #[arg(long, short = 'c', default_value_t = 200)]
+    pub connections: usize,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Open loop at this many requests per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// The report's name.
+    #[arg(long, default_value = "http")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UpstreamArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed).
+    #[arg(long, default_value_t = 18083)]
+    pub port: u16,
+    /// The JSON body to answer.
+    #[arg(long, default_value = baseline::UPSTREAM_BODY)]
+    pub body: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AmqpArgs {
+    #[arg(long, env = "SECKILL_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+    #[arg(long, default_value_t = 20_000)]
+    pub messages: u64,
+    /// Publishes waiting for their confirm at most.
+    #[arg(long, default_value_t = 1_000)]
+    pub in_flight: usize,
+    /// Message size (an order request message is about 150 bytes).
+    #[arg(long, default_value_t = 150)]
+    pub body_bytes: usize,
+    #[arg(long, default_value = "amqp-publish")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExternalArgs {
+    #[arg(long)]
+    pub name: String,
+    /// The figure (omit with --skipped).
+    #[arg(long)]
+    pub value: Option<f64>,
+    #[arg(long, default_value = "ops/s")]
+    pub unit: String,
+    #[arg(long)]
+    pub p50_ms: Option<f64>,
+    #[arg(long)]
+    pub p99_ms: Option<f64>,
+    /// What was measured, in words.
+    #[arg(long, default_value = "")]
+    pub detail: String,
+    /// The command that measured it.
+    #[arg(long, default_value = "")]
+    pub command: String,
+    /// Why it was not measured.
+    #[arg(long)]
+    pub skipped: Option<String>,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MachineArgs {
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The run used BENCH_QUICK sizes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Runs of each repeated measurement.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    #[arg(long, default_value = "")]
+    pub started_at: String,
+    /// `name=version` (repeatable).
+    #[arg(long = "version-of")]
+    pub versions: Vec<String>,
+    /// A note on the run (repeatable).
+    #[arg(long = "note")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FigureArgs {
+    #[arg(long, default_value = "docs/bench")]
+    pub dir: PathBuf,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MarkdownArgs {
+    #[arg(long, default_value = "docs/bench")]
+    pub dir: PathBuf,
+    #[arg(long, default_value = "docs/BENCHMARKS.md")]
+    pub out: PathBuf,
+}
+
+/// Parses the command line, runs it on a multi-thread runtime, and maps failures to an exit
+/// status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("seckill-bench: no tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("seckill-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Seed(a) => run_scenario(Scenario::Seed, &a).await,
+        Command::Spike(a) => run_scenario(Scenario::Spike, &a).await,
+        Command::SoldOut(a) => run_scenario(Scenario::SoldOut, &a).await,
+        Command::HotUser(a) => run_scenario(Scenario::HotUser, &a).await,
+        Command::Drain(a) => run_scenario(Scenario::Drain, &a).await,
+        Command::Http(a) => {
+            let cfg = HttpConfig {
+                name: a.name.clone(),
+                url: a.url.clone(),
+                connections: a.connections,
+                duration: Duration::from_secs_f64(a.duration.max(0.1)),
+                rate: a.rate.filter(|r| *r > 0.0),
+                request_timeout: Duration::from_millis(a.timeout_ms),
+                progress: !a.out.no_progress,
+                procs: a.out.procs(),
+            };
+            let report = baseline::http_load(&cfg).await?;
+            emit(&report, &a.out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Upstream(a) => {
+            let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
+                .await
+                .with_context(|| format!("binding {}:{}", a.host, a.port))?;
+            println!("seckill-bench upstream listening on http://{}", listener.local_addr()?);
+            baseline::serve_upstream(listener, Bytes::from(a.body), shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::AmqpPublish(a) => {
+            let cfg = AmqpConfig {
+                name: a.name.clone(),
+                url: a.amqp_url.clone(),
+                messages: a.messages,
+                in_flight: a.in_flight,
+                body_bytes: a.body_bytes,
+                progress: !a.out.no_progress,
+                procs: a.out.procs(),
+            };
+            let report = baseline::amqp_publish(&cfg).await?;
+            emit(&report, &a.out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::GateScript => {
+            print!("{}", seckill_common::scripts::RESERVE);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::External(a) => {
+            let e = External {
+                kind: KIND_EXTERNAL.into(),
+                name: a.name,
+                value: a.value,
+                unit: a.unit,
+                p50_ms: a.p50_ms,
+                p99_ms: a.p99_ms,
+                detail: a.detail,
+                command: a.command,
+                skipped: a.skipped,
+            };
+            write_json(&a.out, &e)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Machine(a) => {
+            let info = RunInfo {
+                kind: KIND_MACHINE.into(),
+                facts: machine::facts(),
+                versions: a
+                    .versions
+                    .iter()
+                    .filter_map(|v| v.split_once('='))
+                    .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                    .collect(),
+                quick: a.quick,
+                repeat: a.repeat,
+                started_at: a.started_at,
+                finished_at: crate::report::now_rfc3339(),
+                notes: a.notes,
+            };
+            write_json(&a.out, &info)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Figure(a) => {
+            println!("{:.1}", markdown::figure(&a.dir, &a.name)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Markdown(a) => {
+            markdown::write(&a.dir, &a.out)?;
+            let c = markdown::Collected::read(&a.dir)?;
+            for t in markdown::targets(&c) {
+                println!(
+                    "{:<5} {} : {}{}",
+                    match t.met {
+                        Some(true) => "met",
+                        Some(false) => "MISS",
+                        None => "-",
+                    },
+                    t.what,
+                    t.measured,
+                    t.ratio.map_or(String::new(), |r| format!(" (ratio {r:.2}, goal {})", t.goal))
+                );
+            }
+            println!("wrote {}", a.out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn run_scenario(scenario: Scenario, args: &ScenarioArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.config(scenario);
+    let report = scenario::run(&cfg).await?;
+    emit(&report, &args.out)?;
+    if report.invariants_hold() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("seckill-bench: an invariant is broken (see above)");
+        Ok(ExitCode::from(EXIT_INVARIANT))
+    }
+}
+
+fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
+    if !out.quiet {
+        println!("{}", report.render());
+    }
+    if let Some(path) = &out.json {
+        report.write_json(path)?;
+    }
+    if let Some(path) = &out.chart {
+        chart::write_svg(report, path)?;
+    }
+    Ok(())
+}
+
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_override_the_scenario_defaults() {
+        let cli = Cli::try_parse_from([
+            "seckill-bench",
+            "seed",
+            "--users",
+            "60",
+            "--stock",
+            "20",
+            "-c",
+            "10",
+            "--no-path-token",
+            "--pid",
+            "gateway=1",
+        ])
+        .unwrap();
+        let Command::Seed(a) = cli.command else { panic!("not seed") };
+        let c = a.config(Scenario::Seed);
+        assert_eq!((c.users, c.stock, c.connections), (60, 20, 10));
+        assert!(!c.path_token);
+        assert_eq!(c.poll_connections, 4);
+        let d = ScenarioConfig::new(Scenario::Spike, "http://x");
+        assert_eq!((d.users, d.stock, d.connections), (20_000, 1_000, 500));
+        let d = ScenarioConfig::new(Scenario::HotUser, "http://x");
+        assert_eq!((d.users, d.clicks), (1, Some(1_000)));
+    }
+}

@@ -1,0 +1,240 @@
+//! One HTTP/1.1 keep-alive connection per load worker, on hyper's connection API: "N
+//! connections" means exactly N sockets, opened before the clock starts, and the generator spends
+//! as little CPU per request as it can (it shares the cores with the system it measures).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Status recorded when the connection failed (refused, reset, closed mid-answer).
+pub const STATUS_ERROR: u16 = 0;
+/// Status recorded when no full answer came within the request timeout.
+pub const STATUS_TIMEOUT: u16 = 1;
+
+/// Where requests go: a socket address, the `Host` header, and a path prefix.
+#[derive(Debug)]
+pub struct Endpoint {
+    addr: SocketAddr,
+    host: HeaderValue,
+    base: String,
+}
+
+impl Endpoint {
+    /// Parses `http://host:port[/path]` (plain HTTP only) and resolves the host once.
+    pub fn parse(url: &str) -> anyhow::Result<Arc<Self>> {
+        let rest = url
+            .strip_prefix("http://")
+            .with_context(|| format!("`{url}`: only http:// URLs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            bail!("`{url}` has no host");
+        }
+        let with_port = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        let addr = with_port
+            .to_socket_addrs()
+            .with_context(|| format!("resolving {authority}"))?
+            .next()
+            .with_context(|| format!("{authority} resolves to no address"))?;
+        Ok(Arc::new(Self {
+            addr,
+            host: HeaderValue::from_str(authority)?,
+            base: path.trim_end_matches('/').to_owned(),
+        }))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The request path for `path` under this endpoint's prefix ("/" when both are empty).
+    pub fn path(&self, path: &str) -> String {
+        let p = format!("{}{path}", self.base);
+        if p.is_empty() { "/".into() } else { p }
+    }
+}
+
+/// One request. Header values are prepared by the caller once (a user's bearer header is
+/// built when its token is minted, not on every click).
+pub struct Req<'a> {
+    pub method: Method,
+    pub path: &'a str,
+    pub bearer: Option<&'a HeaderValue>,
+    pub header: Option<(HeaderName, HeaderValue)>,
+    pub json: Option<Bytes>,
+}
+
+impl<'a> Req<'a> {
+    pub fn get(path: &'a str) -> Self {
+        Self { method: Method::GET, path, bearer: None, header: None, json: None }
+    }
+
+    pub fn post(path: &'a str) -> Self {
+        Self { method: Method::POST, ..Self::get(path) }
+    }
+
+    pub fn bearer(mut self, value: &'a HeaderValue) -> Self {
+        self.bearer = Some(value);
+        self
+    }
+
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.header = Some((name, value));
+        self
+    }
+
+    pub fn json(mut self, body: &impl serde::Serialize) -> Self {
+        self.json = serde_json::to_vec(body).ok().map(Bytes::from);
+        self
+    }
+}
+
+/// `Authorization: Bearer <token>`, built once per user.
+pub fn bearer_header(token: &str) -> anyhow::Result<HeaderValue> {
+    Ok(HeaderValue::from_str(&format!("Bearer {token}"))?)
+}
+
+/// A status (or [`STATUS_ERROR`] / [`STATUS_TIMEOUT`]) and the whole body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+impl Answer {
+    fn failed(status: u16) -> Self {
+        Self { status, body: Bytes::new() }
+    }
+}
+
+/// A keep-alive connection that reconnects on the next request after a failure.
+pub struct Conn {
+    endpoint: Arc<Endpoint>,
+    timeout: Duration,
+    sender: Option<SendRequest<Full<Bytes>>>,
+    /// Connections opened after the first one (a closed or failed connection is replaced).
+    pub reconnects: u64,
+    opened: bool,
+}
+
+impl Conn {
+    pub fn new(endpoint: Arc<Endpoint>, timeout: Duration) -> Self {
+        Self { endpoint, timeout, sender: None, reconnects: 0, opened: false }
+    }
+
+    /// Opens `n` connections, all before any request is timed.
+    pub async fn open_many(
+        endpoint: &Arc<Endpoint>,
+        n: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Self>> {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut c = Self::new(endpoint.clone(), timeout);
+            c.connect().await.with_context(|| format!("connecting to {}", endpoint.addr))?;
+            conns.push(c);
+        }
+        Ok(conns)
+    }
+
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
+    /// Opens the socket now (otherwise the first request does).
+    pub async fn connect(&mut self) -> anyhow::Result<()> {
+        let stream = TcpStream::connect(self.endpoint.addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            // Ends when the sender is dropped or the peer closes; errors show on the next send.
+            let _ = connection.await;
+        });
+        if self.opened {
+            self.reconnects += 1;
+        }
+        self.opened = true;
+        self.sender = Some(sender);
+        Ok(())
+    }
+
+    /// Sends one request and reads the whole answer, within the timeout. Never fails: a broken
+    /// exchange is an answer with [`STATUS_ERROR`] or [`STATUS_TIMEOUT`], and the connection is
+    /// replaced on the next call.
+    pub async fn send(&mut self, req: Req<'_>) -> Answer {
+        match tokio::time::timeout(self.timeout, self.exchange(req)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => {
+                self.sender = None;
+                Answer::failed(STATUS_ERROR)
+            }
+            Err(_) => {
+                self.sender = None;
+                Answer::failed(STATUS_TIMEOUT)
+            }
+        }
+    }
+
+    async fn exchange(&mut self, req: Req<'_>) -> anyhow::Result<Answer> {
+        if self.sender.as_ref().is_none_or(SendRequest::is_closed) {
+            self.connect().await?;
+        }
+        let Some(sender) = self.sender.as_mut() else {
+            bail!("not connected");
+        };
+        let path = self.endpoint.path(req.path);
+        let body = req.json.unwrap_or_default();
+        let mut builder =
+            Request::builder().method(req.method).uri(path).header(HOST, self.endpoint.host.clone());
+        if !body.is_empty() {
+            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if builder.method_ref() != Some(&Method::GET) {
+            builder = builder.header(CONTENT_LENGTH, body.len());
+        }
+        if let Some(b) = req.bearer {
+            builder = builder.header(AUTHORIZATION, b.clone());
+        }
+        if let Some((name, value)) = req.header {
+            builder = builder.header(name, value);
+        }
+        let request = builder.body(Full::new(body))?;
+        sender.ready().await?;
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok(Answer { status, body })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_parsed_with_their_prefix() {
+        let e = Endpoint::parse("http://127.0.0.1:8080").unwrap();
+        assert_eq!(e.addr().port(), 8080);
+        assert_eq!(e.path("/api/goods"), "/api/goods");
+        assert_eq!(e.path(""), "/");
+        let e = Endpoint::parse("http://127.0.0.1:18080/api/goods/").unwrap();
+        assert_eq!(e.path(""), "/api/goods");
+        assert!(Endpoint::parse("https://example.com").is_err());
+        assert!(Endpoint::parse("http://").is_err());
+    }
+}

@@ -1,0 +1,263 @@
+//! The sale's invariants, checked from outside on what the buyers saw: nobody accepted twice,
+//! distinct order ids, no oversell, winners = min(stock, users), nothing left `queued`, every
+//! accepted request ending in `success` or `failed`, and the authority's stock agreeing.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A buyer's last known result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinalState {
+    Queued,
+    Success,
+    Failed,
+    /// The service knows nothing of this user in this sale.
+    None,
+}
+
+/// What one user saw during the run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Buyer {
+    pub user_id: i64,
+    /// Clicks made (path token, then order).
+    pub clicks: u32,
+    /// Orders answered 202.
+    pub accepted: u32,
+    /// Clicks that ended without a definitive answer (connection error, timeout, 5xx, 429).
+    pub undecided_clicks: u32,
+    /// The polled result of an accepted user (`None`: never accepted, so never polled).
+    pub result: Option<FinalState>,
+    pub order_id: Option<i64>,
+    /// When the user had a final answer (µs since the first request): the refusal of their
+    /// last click, or the poll that saw their result final. `None` while still queued.
+    pub answered_us: Option<u32>,
+}
+
+/// One check and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+impl Check {
+    fn new(name: &str, ok: bool, detail: String) -> Self {
+        Self { name: name.into(), ok, detail }
+    }
+}
+
+pub const NOBODY_TWICE: &str = "nobody accepted twice";
+pub const DISTINCT_ORDERS: &str = "distinct order ids, one per winner";
+pub const NO_OVERSELL: &str = "no oversell";
+pub const WINNERS: &str = "winners = min(stock, users)";
+pub const NOTHING_QUEUED: &str = "nothing left queued";
+pub const NOTHING_LOST: &str = "every 202 ends success or failed";
+pub const STOCK_AGREES: &str = "stock_available = stock - winners";
+
+/// Runs every check. `stock_available` is `GET /api/goods/{id}` after the run (`None`: the
+/// call failed, and that check fails saying so).
+pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<Check> {
+    let users = buyers.iter().filter(|b| b.clicks > 0).count() as i64;
+    let winners: Vec<&Buyer> = buyers.iter().filter(|b| b.result == Some(FinalState::Success)).collect();
+    let n_winners = winners.len() as i64;
+    let undecided: u32 = buyers.iter().map(|b| b.undecided_clicks).sum();
+    let mut checks = Vec::new();
+
+    let twice: Vec<i64> = buyers.iter().filter(|b| b.accepted > 1).map(|b| b.user_id).collect();
+    checks.push(Check::new(
+        NOBODY_TWICE,
+        twice.is_empty(),
+        if twice.is_empty() {
+            "no user had two orders accepted".into()
+        } else {
+            format!("{} users accepted more than once, e.g. {:?}", twice.len(), first(&twice))
+        },
+    ));
+
+    let mut holders: HashMap<i64, Vec<i64>> = HashMap::new();
+    let mut missing = Vec::new();
+    for w in &winners {
+        match w.order_id {
+            Some(id) => holders.entry(id).or_default().push(w.user_id),
+            None => missing.push(w.user_id),
+        }
+    }
+    let shared: Vec<(i64, Vec<i64>)> = holders.into_iter().filter(|(_, u)| u.len() > 1).collect();
+    checks.push(Check::new(
+        DISTINCT_ORDERS,
+        shared.is_empty() && missing.is_empty(),
+        match (shared.first(), missing.first()) {
+            (None, None) => format!("{n_winners} winners, {n_winners} distinct order ids"),
+            (Some((id, users)), _) => format!(
+                "{} order ids held by several users, e.g. order {id} by users {users:?}",
+                shared.len()
+            ),
+            (None, Some(u)) => format!("{} winners without an order id, e.g. user {u}", missing.len()),
+        },
+    ));
+
+    checks.push(Check::new(
+        NO_OVERSELL,
+        n_winners <= stock,
+        format!("{n_winners} winners for {stock} units"),
+    ));
+
+    let expected = stock.min(users);
+    checks.push(Check::new(
+        WINNERS,
+        n_winners == expected,
+        if undecided > 0 && n_winners != expected {
+            format!(
+                "{n_winners} winners, expected min({stock}, {users}) = {expected}; {undecided} clicks had no definitive answer (errors, timeouts, 5xx, 429)"
+            )
+        } else {
+            format!("{n_winners} winners, expected min({stock}, {users}) = {expected}")
+        },
+    ));
+
+    let queued: Vec<i64> =
+        buyers.iter().filter(|b| b.result == Some(FinalState::Queued)).map(|b| b.user_id).collect();
+    checks.push(Check::new(
+        NOTHING_QUEUED,
+        queued.is_empty(),
+        if queued.is_empty() {
+            "every accepted request reached a final result".into()
+        } else {
+            format!("{} users still queued at the end, e.g. {:?}", queued.len(), first(&queued))
+        },
+    ));
+
+    let accepted = buyers.iter().filter(|b| b.accepted > 0).count();
+    let failed = buyers.iter().filter(|b| b.result == Some(FinalState::Failed)).count();
+    let lost: Vec<i64> = buyers
+        .iter()
+        .filter(|b| b.accepted > 0 && matches!(b.result, None | Some(FinalState::None)))
+        .map(|b| b.user_id)
+        .collect();
+    checks.push(Check::new(
+        NOTHING_LOST,
+        lost.is_empty(),
+        if lost.is_empty() {
+            format!("{accepted} accepted: {n_winners} success, {failed} failed, {} queued", queued.len())
+        } else {
+            format!("{} accepted users have no result at all (lost), e.g. {:?}", lost.len(), first(&lost))
+        },
+    ));
+
+    let want = stock - n_winners;
+    checks.push(match stock_available {
+        Some(have) => Check::new(
+            STOCK_AGREES,
+            have == want,
+            format!("GET /api/goods: stock_available {have}, expected {stock} - {n_winners} = {want}"),
+        ),
+        None => Check::new(STOCK_AGREES, false, "GET /api/goods/{id} failed after the run".into()),
+    });
+    checks
+}
+
+fn first(ids: &[i64]) -> &[i64] {
+    &ids[..ids.len().min(5)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `users` one-click buyers for `stock` units, the first `stock` of them winners.
+    fn clean_sale(users: i64, stock: i64) -> Vec<Buyer> {
+        (1..=users)
+            .map(|u| {
+                let won = u <= stock;
+                Buyer {
+                    user_id: u,
+                    clicks: 1,
+                    accepted: u32::from(won),
+                    result: won.then_some(FinalState::Success),
+                    order_id: won.then_some(1_000 + u),
+                    answered_us: Some(1_000),
+                    ..Buyer::default()
+                }
+            })
+            .collect()
+    }
+
+    fn failing(checks: &[Check]) -> Vec<&str> {
+        checks.iter().filter(|c| !c.ok).map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_clean_sale_passes_every_check() {
+        let checks = check(&clean_sale(100, 20), 20, Some(0));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+        assert_eq!(checks.len(), 7);
+        // Fewer users than units: every user wins and the rest stays.
+        let checks = check(&clean_sale(10, 50), 50, Some(40));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+    }
+
+    #[test]
+    fn a_double_winner_is_reported() {
+        // Two users hold the same order id.
+        let mut buyers = clean_sale(100, 20);
+        buyers[1].order_id = buyers[0].order_id;
+        assert_eq!(failing(&check(&buyers, 20, Some(0))), [DISTINCT_ORDERS]);
+
+        // One user accepted twice: the sale has one more winner than units.
+        let mut buyers = clean_sale(100, 20);
+        buyers[20].accepted = 1;
+        buyers[20].result = Some(FinalState::Success);
+        buyers[20].order_id = Some(5_000);
+        buyers[0].accepted = 2;
+        let checks = check(&buyers, 20, Some(0));
+        let failed = failing(&checks);
+        assert!(failed.contains(&NOBODY_TWICE), "{failed:?}");
+        assert!(failed.contains(&NO_OVERSELL), "{failed:?}");
+        assert!(failed.contains(&WINNERS), "{failed:?}");
+        assert!(failed.contains(&STOCK_AGREES), "{failed:?}");
+    }
+
+    #[test]
+    fn a_stuck_queued_result_is_reported() {
+        let mut buyers = clean_sale(100, 20);
+        buyers[3].result = Some(FinalState::Queued);
+        buyers[3].order_id = None;
+        buyers[3].answered_us = None;
+        let checks = check(&buyers, 20, Some(0));
+        let failed = failing(&checks);
+        assert!(failed.contains(&NOTHING_QUEUED), "{failed:?}");
+        assert!(failed.contains(&WINNERS), "{failed:?}");
+        let detail = &checks.iter().find(|c| c.name == NOTHING_QUEUED).unwrap().detail;
+        assert!(detail.contains("1 users still queued"), "{detail}");
+    }
+
+    #[test]
+    fn a_lost_request_is_reported() {
+        let mut buyers = clean_sale(100, 20);
+        buyers[5].result = Some(FinalState::None);
+        buyers[5].order_id = None;
+        let checks = check(&buyers, 20, Some(1));
+        let failed = failing(&checks);
+        assert!(failed.contains(&NOTHING_LOST), "{failed:?}");
+    }
+
+    #[test]
+    fn a_stock_mismatch_is_reported() {
+        let buyers = clean_sale(100, 20);
+        assert_eq!(failing(&check(&buyers, 20, Some(1))), [STOCK_AGREES]);
+        assert_eq!(failing(&check(&buyers, 20, None)), [STOCK_AGREES]);
+    }
+
+    #[test]
+    fn a_failed_request_is_final_but_not_a_winner() {
+        // 20 units; user 1's request failed and gave its unit back, user 21 took it.
+        let mut buyers = clean_sale(100, 21);
+        buyers[0].result = Some(FinalState::Failed);
+        buyers[0].order_id = None;
+        let checks = check(&buyers, 20, Some(0));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+    }
+}

@@ -1,0 +1,694 @@
+//! docs/BENCHMARKS.md from the JSON files of one bench.sh run (docs/bench/*.json): the
+//! targets with their ratios to this machine's baselines, the baselines, each scenario, where
+//! the CPU went, the machine, and how to reproduce. Repeated measurements share a name; the
+//! median (by its main figure) is shown, with every run's figure next to it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::machine::MachineFacts;
+use crate::report::{KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
+
+pub const KIND_EXTERNAL: &str = "external";
+pub const KIND_MACHINE: &str = "machine";
+
+/// The names bench.sh gives its measurements; the targets are computed from these.
+pub mod names {
+    pub const HEALTHZ: &str = "gateway-healthz";
+    pub const UPSTREAM: &str = "upstream-direct";
+    pub const HOP: &str = "hop";
+    pub const AMQP: &str = "amqp-publish";
+    pub const REDIS: &str = "redis-evalsha";
+    pub const REDIS_PIPELINED: &str = "redis-evalsha-p16";
+    pub const PG: &str = "pg-hot-row";
+    pub const SEED: &str = "seed";
+    pub const SPIKE: &str = "spike";
+    pub const HOT_USER: &str = "hot-user";
+    pub const SOLD_OUT: &str = "sold-out";
+    pub const DRAIN: &str = "drain";
+    pub const ACCEPT_AT_RATE: &str = "accept-at-rate";
+}
+
+/// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct External {
+    pub kind: String,
+    pub name: String,
+    pub value: Option<f64>,
+    pub unit: String,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub detail: String,
+    pub command: String,
+    /// Why the figure is missing.
+    pub skipped: Option<String>,
+}
+
+/// The run as a whole: the machine, versions, notes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub kind: String,
+    pub facts: MachineFacts,
+    pub versions: BTreeMap<String, String>,
+    pub quick: bool,
+    pub repeat: u32,
+    pub started_at: String,
+    pub finished_at: String,
+    pub notes: Vec<String>,
+}
+
+/// Everything found in the directory.
+#[derive(Default)]
+pub struct Collected {
+    pub reports: BTreeMap<String, Vec<Report>>,
+    pub externals: BTreeMap<String, Vec<External>>,
+    pub run: Option<RunInfo>,
+    /// SVG charts present, by file stem.
+    pub charts: Vec<String>,
+}
+
+impl Collected {
+    pub fn read(dir: &Path) -> anyhow::Result<Self> {
+        let mut c = Self::default();
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        paths.sort();
+        for path in paths {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_owned();
+            if ext == "svg" {
+                c.charts.push(stem);
+                continue;
+            }
+            if ext != "json" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            let value: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            match value.get("kind").and_then(|k| k.as_str()) {
+                Some(KIND_SCENARIO | KIND_HTTP | KIND_AMQP) => {
+                    let r: Report = serde_json::from_value(value)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    c.reports.entry(r.name.clone()).or_default().push(r);
+                }
+                Some(KIND_EXTERNAL) => {
+                    let e: External = serde_json::from_value(value)?;
+                    c.externals.entry(e.name.clone()).or_default().push(e);
+                }
+                Some(KIND_MACHINE) => c.run = Some(serde_json::from_value(value)?),
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// The median run of a measurement by its main figure, and every run's figure.
+    pub fn report(&self, name: &str) -> Option<(&Report, Vec<f64>)> {
+        let runs = self.reports.get(name)?;
+        let mut order: Vec<&Report> = runs.iter().collect();
+        order.sort_by(|a, b| a.primary().total_cmp(&b.primary()));
+        let median = order.get((order.len() - 1) / 2).copied()?;
+        Some((median, runs.iter().map(Report::primary).collect()))
+    }
+
+    pub fn external(&self, name: &str) -> Option<(&External, Vec<f64>)> {
+        let runs = self.externals.get(name)?;
+        let mut measured: Vec<&External> = runs.iter().filter(|e| e.value.is_some()).collect();
+        if measured.is_empty() {
+            return runs.first().map(|e| (e, Vec::new()));
+        }
+        measured.sort_by(|a, b| a.value.unwrap_or(0.0).total_cmp(&b.value.unwrap_or(0.0)));
+        let median = measured[(measured.len() - 1) / 2];
+        Some((median, measured.iter().filter_map(|e| e.value).collect()))
+    }
+}
+
+/// One target's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub what: String,
+    pub measured: String,
+    pub against: String,
+    pub ratio: Option<f64>,
+    pub goal: String,
+    /// `None`: not measured in this run.
+    pub met: Option<bool>,
+}
+
+fn n0(v: f64) -> String {
+    let s = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+fn runs_text(values: &[f64]) -> String {
+    if values.len() <= 1 {
+        String::new()
+    } else {
+        format!(" (runs: {})", values.iter().map(|v| n0(*v)).collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// The issue's targets, from what was measured.
+pub fn targets(c: &Collected) -> Vec<Target> {
+    use names::*;
+    let mut t = Vec::new();
+
+    let sold = c.report(SOLD_OUT);
+    let hop = c.report(HOP);
+    t.push(match (sold, hop) {
+        (Some((s, sr)), Some((h, hr))) => {
+            let ratio = s.load_per_sec() / h.load_per_sec().max(1e-9);
+            Target {
+                what: "sold-out path through the gateway vs one plain hop".into(),
+                measured: format!("{} req/s{}", n0(s.load_per_sec()), runs_text(&sr)),
+                against: format!("hop {} req/s{}", n0(h.load_per_sec()), runs_text(&hr)),
+                ratio: Some(ratio),
+                goal: ">= 0.8".into(),
+                met: Some(ratio >= 0.8),
+            }
+        }
+        _ => missing("sold-out path through the gateway vs one plain hop", ">= 0.8"),
+    });
+
+    let drain = c.report(DRAIN);
+    let amqp = c.report(AMQP);
+    t.push(match (&drain, amqp) {
+        (Some((d, _)), Some((a, ar))) => {
+            let accepted = d.drain.as_ref().map_or(0.0, |x| x.accepted_per_sec);
+            let ratio = accepted / a.load_per_sec().max(1e-9);
+            let conns = d.params.get("connections").and_then(|v| v.as_u64()).unwrap_or(0);
+            Target {
+                what: format!(
+                    "accepted buys/s (closed loop, {conns} connections) vs RabbitMQ publish with confirms"
+                ),
+                measured: format!("{} /s", n0(accepted)),
+                against: format!("{} msg/s{}", n0(a.load_per_sec()), runs_text(&ar)),
+                ratio: Some(ratio),
+                goal: ">= 0.6".into(),
+                met: Some(ratio >= 0.6),
+            }
+        }
+        _ => missing("accepted buys/s vs RabbitMQ publish with confirms", ">= 0.6"),
+    });
+    t.push(match c.report(ACCEPT_AT_RATE) {
+        Some((r, _)) => {
+            let p99 = r.row("order", "all").map_or(f64::NAN, |x| x.latency.p99_ms);
+            let rate = r.params.get("rate").and_then(|v| v.as_f64()).unwrap_or(0.0);
+            let conns = r.params.get("connections").and_then(|v| v.as_u64()).unwrap_or(0);
+            let achieved = r.drain.as_ref().map_or(0.0, |x| x.accepted_per_sec);
+            Target {
+                what: format!(
+                    "order p99, open loop at {} buys/s (0.6 x the RabbitMQ baseline), {conns} connections",
+                    n0(rate)
+                ),
+                measured: format!("{p99:.1} ms (achieved {} accepted/s)", n0(achieved)),
+                against: String::new(),
+                ratio: None,
+                goal: "< 50 ms".into(),
+                met: Some(p99 < 50.0),
+            }
+        }
+        None => missing("order p99 at 0.6 x the RabbitMQ baseline, 500 connections", "< 50 ms"),
+    });
+    if let Some((d, _)) = &drain {
+        let p99 = d.row("order", "all").map_or(f64::NAN, |x| x.latency.p99_ms);
+        let conns = d.params.get("connections").and_then(|v| v.as_u64()).unwrap_or(0);
+        t.push(Target {
+            what: format!("order p99, closed loop (as fast as it goes), {conns} connections"),
+            measured: format!("{p99:.1} ms"),
+            against: String::new(),
+            ratio: None,
+            goal: "< 50 ms".into(),
+            met: Some(p99 < 50.0),
+        });
+    }
+
+    t.push(match drain {
+        Some((d, _)) => {
+            let ops = d.drain.as_ref().and_then(|x| x.orders_per_sec).unwrap_or(0.0);
+            let pg = c.external(PG).and_then(|(e, _)| e.value);
+            Target {
+                what: "drain: orders/s end to end (first 202 to last result final)".into(),
+                measured: format!("{} orders/s", n0(ops)),
+                against: pg
+                    .map_or(String::new(), |v| format!("pgbench one order per transaction {} tx/s", n0(v))),
+                ratio: pg.map(|v| ops / v.max(1e-9)),
+                goal: ">= 5,000".into(),
+                met: Some(ops >= 5_000.0),
+            }
+        }
+        None => missing("drain: orders/s end to end", ">= 5,000"),
+    });
+
+    t.push(match c.report(SEED) {
+        Some((s, _)) => {
+            let within = s.drain.as_ref().and_then(|d| d.all_answered_within_s);
+            let users = s.buy.as_ref().map_or(0, |b| b.users);
+            Target {
+                what: format!("seed: every one of the {} users has a final answer", n0(users as f64)),
+                measured: within.map_or("some user never did".into(), |w| format!("within {w:.3} s")),
+                against: String::new(),
+                ratio: None,
+                goal: "<= 1 s".into(),
+                met: Some(within.is_some_and(|w| w <= 1.0)),
+            }
+        }
+        None => missing("seed: every user has a final answer", "<= 1 s"),
+    });
+
+    t.push(match c.report(SPIKE) {
+        Some((s, _)) => {
+            let services = ["gateway", "seckill-service", "order-service", "stock-service"];
+            let peak = s
+                .memory
+                .iter()
+                .filter(|m| services.contains(&m.name.as_str()))
+                .max_by(|a, b| a.peak_rss_mib.total_cmp(&b.peak_rss_mib));
+            match peak {
+                Some(m) => Target {
+                    what: "spike: largest service resident memory".into(),
+                    measured: format!("{:.1} MiB ({})", m.peak_rss_mib, m.name),
+                    against: String::new(),
+                    ratio: None,
+                    goal: "<= 150 MiB".into(),
+                    met: Some(m.peak_rss_mib <= 150.0),
+                },
+                None => missing("spike: largest service resident memory (no pids found)", "<= 150 MiB"),
+            }
+        }
+        None => missing("spike: largest service resident memory", "<= 150 MiB"),
+    });
+
+    let scenarios: Vec<&Report> = c.reports.values().flatten().filter(|r| r.kind == KIND_SCENARIO).collect();
+    if !scenarios.is_empty() {
+        let broken: Vec<String> =
+            scenarios.iter().filter(|r| !r.invariants_hold()).map(|r| r.name.clone()).collect();
+        t.push(Target {
+            what: "invariants hold in every scenario run".into(),
+            measured: if broken.is_empty() {
+                format!("{} runs, all hold", scenarios.len())
+            } else {
+                format!("broken in: {}", broken.join(", "))
+            },
+            against: String::new(),
+            ratio: None,
+            goal: "all".into(),
+            met: Some(broken.is_empty()),
+        });
+    }
+    t
+}
+
+fn missing(what: &str, goal: &str) -> Target {
+    Target {
+        what: what.into(),
+        measured: "not measured".into(),
+        against: String::new(),
+        ratio: None,
+        goal: goal.into(),
+        met: None,
+    }
+}
+
+fn yes_no(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "**yes**",
+        Some(false) => "**no**",
+        None => "-",
+    }
+}
+
+fn md_calls(rows: &[crate::stats::CallStats]) -> String {
+    let mut out = String::from(
+        "| call | outcome | count | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let l = &r.latency;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            r.call,
+            r.outcome,
+            r.count,
+            n0(r.per_sec),
+            l.p50_ms,
+            l.p90_ms,
+            l.p99_ms,
+            l.p999_ms,
+            l.max_ms
+        );
+    }
+    out
+}
+
+fn cpu_line(r: &Report) -> String {
+    match &r.cpu {
+        Some(c) => {
+            let top: Vec<String> = c
+                .by_process
+                .iter()
+                .filter(|p| p.cores >= 0.01)
+                .take(8)
+                .map(|p| format!("{} {:.2}", p.name, p.cores))
+                .collect();
+            format!(
+                "CPU during the run ({} cores, {:.0}% busy), in cores: {}; other processes {:.2}{}",
+                c.cores,
+                c.busy * 100.0,
+                top.join(", "),
+                c.others_cores,
+                if c.disturbed { " **(disturbed)**" } else { "" }
+            )
+        }
+        None => String::new(),
+    }
+}
+
+/// The whole document.
+pub fn render(c: &Collected) -> String {
+    use names::*;
+    let mut out = String::new();
+    let run = c.run.clone().unwrap_or_default();
+    out.push_str("# Benchmarks\n\n");
+    let _ = writeln!(
+        out,
+        "Written by `scripts/bench.sh` ({}) from the JSON files in [bench/](bench/); do not edit by hand, run it again. \
+         Run started {} and ended {}. Every figure comes from that one run on this machine, the load generator \
+         (`seckill-bench`) on the same cores as the system, so absolute figures drift from machine to machine and run \
+         to run; the ratios to the baselines measured in the same run are what to compare.{}\n",
+        if run.quick { "quick run, `BENCH_QUICK=1`: smaller sizes" } else { "full run" },
+        if run.started_at.is_empty() { "?" } else { &run.started_at },
+        if run.finished_at.is_empty() { "?" } else { &run.finished_at },
+        if run.repeat > 1 {
+            format!(
+                " Baselines and the sold-out scenario ran {} times each; the median is shown, with every run in brackets.",
+                run.repeat
+            )
+        } else {
+            String::new()
+        }
+    );
+
+    out.push_str(
+        "## Targets\n\n| target | measured | against | ratio | goal | met |\n|---|---|---|---:|---|---|\n",
+    );
+    for t in targets(c) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            t.what,
+            t.measured,
+            t.against,
+            t.ratio.map_or(String::new(), |r| format!("{r:.2}")),
+            t.goal,
+            yes_no(t.met)
+        );
+    }
+    out.push('\n');
+
+    let disturbed: Vec<String> = c
+        .reports
+        .values()
+        .flatten()
+        .filter_map(|r| {
+            r.cpu
+                .as_ref()
+                .filter(|c| c.disturbed)
+                .map(|cpu| format!("{} ({:.2} cores)", r.name, cpu.others_cores))
+        })
+        .collect();
+    if !run.notes.is_empty() || !disturbed.is_empty() {
+        out.push_str("### Notes on this run\n\n");
+        for n in &run.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+        if !disturbed.is_empty() {
+            let _ = writeln!(
+                out,
+                "- Other processes (not the system, the tool, its servers or the kernel) used more than 0.15 of a core during: {}. Those figures are disturbed (the machine is shared).",
+                disturbed.join(", ")
+            );
+        }
+        out.push('\n');
+    }
+
+    out.push_str("## Baselines: this machine's limits, same run\n\n| baseline | figure | p50 ms | p99 ms | what |\n|---|---:|---:|---:|---|\n");
+    let http_rows = [
+        (HEALTHZ, "the gateway alone: `GET /healthz`"),
+        (UPSTREAM, "the trivial upstream alone (`seckill-bench upstream`), no gateway"),
+        (
+            HOP,
+            "one plain hop: `GET /api/goods` through a second gateway whose stock upstream is the trivial upstream",
+        ),
+        (AMQP, "RabbitMQ: persistent publishes with publisher confirms, ~1,000 in flight, one channel"),
+    ];
+    for (name, what) in http_rows {
+        if let Some((r, runs)) = c.report(name) {
+            let all = r.calls.iter().find(|x| x.outcome == "all");
+            let conns = r.params.get("connections").and_then(|v| v.as_u64());
+            let _ = writeln!(
+                out,
+                "| {name} | {} {}/s{} | {:.2} | {:.2} | {what}{} |",
+                n0(r.load_per_sec()),
+                if r.kind == KIND_AMQP { "msg" } else { "req" },
+                runs_text(&runs),
+                all.map_or(0.0, |x| x.latency.p50_ms),
+                all.map_or(0.0, |x| x.latency.p99_ms),
+                conns.map_or(String::new(), |n| format!("; {n} connections"))
+            );
+        }
+    }
+    for name in [REDIS, REDIS_PIPELINED, PG] {
+        if let Some((e, runs)) = c.external(name) {
+            match e.value {
+                None => {
+                    let why = e.skipped.clone().unwrap_or_else(|| "not measured".into());
+                    let _ = writeln!(out, "| {name} | skipped | | | {why} |");
+                }
+                Some(v) => {
+                    let _ = writeln!(
+                        out,
+                        "| {name} | {} {}{} | {} | {} | {} |",
+                        n0(v),
+                        e.unit,
+                        runs_text(&runs),
+                        e.p50_ms.map_or(String::new(), |v| format!("{v:.2}")),
+                        e.p99_ms.map_or(String::new(), |v| format!("{v:.2}")),
+                        e.detail
+                    );
+                }
+            }
+        }
+    }
+    out.push('\n');
+
+    out.push_str("## Scenarios\n\n");
+    let order = [SEED, SPIKE, HOT_USER, SOLD_OUT, DRAIN, ACCEPT_AT_RATE];
+    let mut names: Vec<&String> =
+        c.reports.iter().filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO)).map(|(n, _)| n).collect();
+    names.sort_by_key(|n| order.iter().position(|o| o == n).unwrap_or(order.len()));
+    for name in names {
+        let Some((r, runs)) = c.report(name) else { continue };
+        let _ = writeln!(out, "### {name}\n");
+        let _ = writeln!(out, "`{}`{}\n", r.command, runs_text(&runs));
+        let _ = writeln!(out, "Parameters: `{}`\n", r.params);
+        out.push_str(&md_calls(&r.calls));
+        out.push('\n');
+        if let Some(b) = &r.buy {
+            let refused: Vec<String> =
+                b.refused.iter().map(|(k, v)| format!("{k} x{}", n0(*v as f64))).collect();
+            let _ = writeln!(
+                out,
+                "- Buyers: {} users, {} clicks; {} accepted (202) -> {} success, {} failed, {} still queued. Other answers: {}. {} result polls.",
+                n0(b.users as f64),
+                n0(b.clicks as f64),
+                n0(b.accepted as f64),
+                n0(b.success as f64),
+                b.failed,
+                b.still_queued,
+                if refused.is_empty() { "none".into() } else { refused.join(", ") },
+                n0(b.polls as f64)
+            );
+        }
+        if let Some(d) = &r.drain {
+            let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
+            let _ = writeln!(
+                out,
+                "- Load {:.2} s. Accepted {}/s. First request -> last result final {}; first 202 -> last final {}; {} orders/s. Every user had a final answer within {}. Accepted but not final when the load ended: {}.",
+                r.duration_secs,
+                n0(d.accepted_per_sec),
+                s(d.first_request_to_last_final_s),
+                s(d.first_accept_to_last_final_s),
+                d.orders_per_sec.map_or("-".into(), n0),
+                s(d.all_answered_within_s),
+                n0(d.backlog_at_load_end as f64)
+            );
+        }
+        if !r.memory.is_empty() {
+            let m: Vec<String> = r
+                .memory
+                .iter()
+                .map(|m| format!("{} {:.1} MiB (VmHWM {:.1})", m.name, m.peak_rss_mib, m.vm_hwm_mib))
+                .collect();
+            let _ = writeln!(out, "- Peak resident memory sampled during the run: {}.", m.join(", "));
+        }
+        let cpu = cpu_line(r);
+        if !cpu.is_empty() {
+            let _ = writeln!(out, "- {cpu}.");
+        }
+        for ch in &r.invariants {
+            let _ = writeln!(
+                out,
+                "- Invariant {} {}: {}",
+                if ch.ok { "holds:" } else { "**BROKEN**:" },
+                ch.name,
+                ch.detail
+            );
+        }
+        for n in &r.notes {
+            let _ = writeln!(out, "- Note: {n}");
+        }
+        if c.charts.iter().any(|s| s == name) {
+            let _ = writeln!(out, "\n![{name}: throughput and latency over time](bench/{name}.svg)");
+        }
+        out.push('\n');
+    }
+
+    out.push_str("## Where the CPU went\n\nCores used by each process during each measurement (2.00 = both cores of a 2-core machine). The load generator shares the cores: its share is CPU the system did not get.\n\n");
+    for (name, runs) in &c.reports {
+        let Some(r) = runs.first() else { continue };
+        let line = cpu_line(r);
+        if !line.is_empty() {
+            let _ = writeln!(out, "- **{name}**: {line}");
+        }
+    }
+    out.push('\n');
+
+    out.push_str("## The machine\n\n| | |\n|---|---|\n");
+    let f = &run.facts;
+    let _ = writeln!(out, "| cores (`nproc`) | {} |", f.nproc);
+    let _ = writeln!(out, "| memory | {} MiB |", n0(f.memory_mib as f64));
+    let _ = writeln!(out, "| CPU | {} |", f.cpu_model);
+    let _ = writeln!(out, "| kernel | {} |", f.kernel);
+    for (k, v) in &run.versions {
+        let _ = writeln!(out, "| {k} | {} |", v.replace('|', "/"));
+    }
+    out.push('\n');
+
+    out.push_str("## Reproduce\n\n```sh\nscripts/bench.sh                 # the whole run: build, start, baselines, scenarios, this file, stop\nBENCH_QUICK=1 scripts/bench.sh   # smaller sizes, one run of each baseline\n```\n\nThe commands it ran, in order (the system on :8080 after `scripts/up.sh`):\n\n```sh\n");
+    let mut commands: Vec<(String, String)> = c
+        .reports
+        .values()
+        .flatten()
+        .map(|r| (r.started_at.clone(), r.command.clone()))
+        .chain(
+            c.externals
+                .values()
+                .flatten()
+                .filter(|e| !e.command.is_empty())
+                .map(|e| (String::new(), e.command.clone())),
+        )
+        .collect();
+    commands.sort();
+    commands.dedup_by(|a, b| a.1 == b.1);
+    for (_, cmd) in commands {
+        let _ = writeln!(out, "{cmd}");
+    }
+    out.push_str("```\n");
+    out
+}
+
+/// Writes the document for `dir` to `out`.
+pub fn write(dir: &Path, out: &Path) -> anyhow::Result<()> {
+    let c = Collected::read(dir)?;
+    std::fs::write(out, render(&c)).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The median main figure of a measurement, for bench.sh (e.g. to set an open-loop rate).
+pub fn figure(dir: &Path, name: &str) -> anyhow::Result<f64> {
+    let c = Collected::read(dir)?;
+    if let Some((r, _)) = c.report(name) {
+        return Ok(r.primary());
+    }
+    if let Some((e, _)) = c.external(name) {
+        return e.value.with_context(|| format!("{name} was skipped"));
+    }
+    anyhow::bail!("no measurement named {name} in {}", dir.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{CallStats, Latency};
+
+    fn report(kind: &str, name: &str, call: &str, per_sec: f64) -> Report {
+        Report {
+            kind: kind.into(),
+            name: name.into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            command: format!("seckill-bench {name}"),
+            params: serde_json::json!({"connections": 200}),
+            duration_secs: 1.0,
+            calls: vec![CallStats {
+                call: call.into(),
+                outcome: "all".into(),
+                count: per_sec as u64,
+                per_sec,
+                window_secs: 1.0,
+                latency: Latency::default(),
+            }],
+            buy: None,
+            drain: None,
+            invariants: Vec::new(),
+            memory: Vec::new(),
+            cpu: None,
+            timeline: Default::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ratios_use_the_median_of_repeated_runs() {
+        let mut c = Collected::default();
+        for v in [9_000.0, 20_000.0, 10_000.0] {
+            c.reports.entry(names::HOP.into()).or_default().push(report(KIND_HTTP, names::HOP, "get", v));
+        }
+        c.reports.entry(names::SOLD_OUT.into()).or_default().push(report(
+            KIND_SCENARIO,
+            names::SOLD_OUT,
+            "order",
+            8_500.0,
+        ));
+        let t = targets(&c);
+        let sold = &t[0];
+        assert_eq!(sold.ratio, Some(0.85));
+        assert_eq!(sold.met, Some(true));
+        assert!(sold.against.contains("10,000"), "{sold:?}");
+        assert!(sold.against.contains("runs: 9,000, 20,000, 10,000"), "{sold:?}");
+        assert_eq!(t[1].met, None);
+        let md = render(&c);
+        assert!(md.contains("| sold-out path through the gateway vs one plain hop |"), "{md}");
+    }
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(n0(1_234_567.4), "1,234,567");
+        assert_eq!(n0(999.0), "999");
+        assert_eq!(n0(-1_000.0), "-1,000");
+    }
+}

@@ -1,0 +1,223 @@
+//! A run's report: one JSON document for machines (docs/bench/*.json), the same figures as a
+//! table for people.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::invariants::Check;
+use crate::machine::CpuReport;
+use crate::memory::ProcMemory;
+use crate::stats::{CallStats, Timeline};
+
+pub const KIND_SCENARIO: &str = "scenario";
+pub const KIND_HTTP: &str = "http";
+pub const KIND_AMQP: &str = "amqp-publish";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// `scenario`, `http` or `amqp-publish`.
+    pub kind: String,
+    /// The measurement's name (the scenario, or `--name`); repeated runs share it.
+    pub name: String,
+    pub started_at: String,
+    /// The command line that produced it.
+    pub command: String,
+    pub params: serde_json::Value,
+    /// The timed phase: first request to the last request of the load (result polls after the
+    /// load are not in it).
+    pub duration_secs: f64,
+    pub calls: Vec<CallStats>,
+    #[serde(default)]
+    pub buy: Option<BuySummary>,
+    #[serde(default)]
+    pub drain: Option<DrainSummary>,
+    #[serde(default)]
+    pub invariants: Vec<Check>,
+    #[serde(default)]
+    pub memory: Vec<ProcMemory>,
+    #[serde(default)]
+    pub cpu: Option<CpuReport>,
+    #[serde(default)]
+    pub timeline: Timeline,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// What the buyers got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BuySummary {
+    pub goods_id: i64,
+    pub stock: i64,
+    pub stock_available: Option<i64>,
+    pub users: u64,
+    pub clicks: u64,
+    /// Orders answered 202.
+    pub accepted: u64,
+    pub success: u64,
+    pub failed: u64,
+    pub still_queued: u64,
+    /// Clicks that did not end in 202, by the outcome of their last call.
+    pub refused: BTreeMap<String, u64>,
+    pub polls: u64,
+}
+
+/// How fast the accepted requests became orders.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DrainSummary {
+    /// Order calls answered 202 per second over the order call's window.
+    pub accepted_per_sec: f64,
+    /// First request to the last result seen final.
+    pub first_request_to_last_final_s: Option<f64>,
+    /// First 202 to the last result seen final.
+    pub first_accept_to_last_final_s: Option<f64>,
+    /// Successful orders per second over first 202 to last final.
+    pub orders_per_sec: Option<f64>,
+    /// The latest moment any user got a final answer (a refusal, or a final result): every
+    /// user was answered within this many seconds of the first request.
+    pub all_answered_within_s: Option<f64>,
+    /// Accepted but not yet final when the load ended.
+    pub backlog_at_load_end: u64,
+}
+
+impl Report {
+    pub fn row(&self, call: &str, outcome: &str) -> Option<&CallStats> {
+        self.calls.iter().find(|r| r.call == call && r.outcome == outcome)
+    }
+
+    /// Requests per second of the load itself: every call but the result polls.
+    pub fn load_per_sec(&self) -> f64 {
+        self.calls.iter().filter(|r| r.outcome == "all" && r.call != "result").map(|r| r.per_sec).sum()
+    }
+
+    pub fn invariants_hold(&self) -> bool {
+        self.invariants.iter().all(|c| c.ok)
+    }
+
+    /// The one figure a repeated measurement is compared by (its median is reported).
+    pub fn primary(&self) -> f64 {
+        if self.kind == KIND_SCENARIO && self.name.starts_with("drain") {
+            return self.drain.as_ref().and_then(|d| d.orders_per_sec).unwrap_or(0.0);
+        }
+        self.load_per_sec()
+    }
+
+    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    }
+
+    pub fn read_json(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// The report as text tables.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "== {} ({}) at {}: {:.2} s of load",
+            self.name, self.kind, self.started_at, self.duration_secs
+        );
+        let _ = writeln!(out, "params: {}", self.params);
+        out.push_str(&calls_table(&self.calls));
+        if let Some(b) = &self.buy {
+            let refused: Vec<String> = b.refused.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+            let _ = writeln!(
+                out,
+                "buyers: {} users, {} clicks: {} accepted (202) -> {} success, {} failed, {} still queued; other answers: {}; {} result polls",
+                b.users,
+                b.clicks,
+                b.accepted,
+                b.success,
+                b.failed,
+                b.still_queued,
+                if refused.is_empty() { "none".into() } else { refused.join(", ") },
+                b.polls
+            );
+            let _ = writeln!(
+                out,
+                "sale {}: {} units, stock_available after the run: {}",
+                b.goods_id,
+                b.stock,
+                b.stock_available.map_or("unknown".into(), |s| s.to_string())
+            );
+        }
+        if let Some(d) = &self.drain {
+            let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
+            let _ = writeln!(
+                out,
+                "drain: accepted {:.0}/s; first request -> last final {}; first 202 -> last final {}; {} orders/s; every user answered within {}; backlog when the load ended {}",
+                d.accepted_per_sec,
+                s(d.first_request_to_last_final_s),
+                s(d.first_accept_to_last_final_s),
+                d.orders_per_sec.map_or("-".into(), |v| format!("{v:.0}")),
+                s(d.all_answered_within_s),
+                d.backlog_at_load_end
+            );
+        }
+        if !self.memory.is_empty() {
+            let m: Vec<String> = self
+                .memory
+                .iter()
+                .map(|m| format!("{} {:.1} MiB (VmHWM {:.1})", m.name, m.peak_rss_mib, m.vm_hwm_mib))
+                .collect();
+            let _ = writeln!(out, "peak RSS during the run: {}", m.join(", "));
+        }
+        if let Some(c) = &self.cpu {
+            let top: Vec<String> =
+                c.by_process.iter().take(8).map(|p| format!("{} {:.2}", p.name, p.cores)).collect();
+            let _ = writeln!(
+                out,
+                "cpu ({} cores, {:.0}% busy; in cores): {}; others {:.2}{}",
+                c.cores,
+                c.busy * 100.0,
+                top.join(", "),
+                c.others_cores,
+                if c.disturbed { " (DISTURBED)" } else { "" }
+            );
+        }
+        for c in &self.invariants {
+            let _ = writeln!(out, "  [{}] {}: {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+        out
+    }
+}
+
+/// The per call and outcome table.
+pub fn calls_table(rows: &[CallStats]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<11} {:>7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "call", "outcome", "count", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9", "max ms"
+    );
+    for r in rows {
+        let l = &r.latency;
+        let _ = writeln!(
+            out,
+            "{:<11} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            r.call, r.outcome, r.count, r.per_sec, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+    }
+    out
+}
+
+/// The command line of this process, for the report.
+pub fn this_command() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

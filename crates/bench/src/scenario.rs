@@ -1,0 +1,760 @@
+//! The named scenarios, driven through the gateway like real buyers: create the sale as an
+//! admin, mint every user's token (untimed), then on a set number of keep-alive connections
+//! fire path token + order per click (closed loop, or open loop at `rate` clicks/s), poll each
+//! accepted user's result until it is final, and check the invariants from outside.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use futures_util::future::join_all;
+use hyper::header::{HeaderName, HeaderValue};
+use seckill_common::api::{Goods, NewGoods, SeckillResult, SeckillStatus, TokenResponse};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use crate::invariants::{self, Buyer, FinalState};
+use crate::machine;
+use crate::memory::{ProcTarget, Sampler};
+use crate::progress::Progress;
+use crate::record::{Call, Clock, Event, outcome_label};
+use crate::report::{self, BuySummary, DrainSummary, KIND_SCENARIO, Report};
+use crate::stats;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// 1,000 users, 500 units: the original write-up's test.
+    Seed,
+    /// 20,000 users, 1,000 units, 500 connections.
+    Spike,
+    /// Hammering a sold-out sale for a while: the in-process flag.
+    SoldOut,
+    /// One user clicking 1,000 times.
+    HotUser,
+    /// 50,000 accepted requests on a big stock: the consumer's throughput.
+    Drain,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Seed => "seed",
+            Self::Spike => "spike",
+            Self::SoldOut => "sold-out",
+            Self::HotUser => "hot-user",
+            Self::Drain => "drain",
+        }
+    }
+}
+
+/// Everything a scenario run needs; [`ScenarioConfig::new`] gives the scenario's defaults.
+#[derive(Debug, Clone)]
+pub struct ScenarioConfig {
+    pub scenario: Scenario,
+    /// The report's name (default: the scenario's).
+    pub name: String,
+    pub gateway: String,
+    /// Distinct users (for `sold-out`: the pool the clicks cycle through).
+    pub users: u64,
+    pub stock: i64,
+    pub connections: usize,
+    /// `hot-user`: how many clicks the one user makes. Others: one click per user.
+    pub clicks: Option<u64>,
+    /// `sold-out`: how long to hammer.
+    pub duration: Option<Duration>,
+    /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
+    /// start). `None`: closed loop, each connection clicks again as soon as it is answered.
+    pub rate: Option<f64>,
+    /// Ask for the path token before each order (off for `seckill.require_token=false`).
+    pub path_token: bool,
+    /// The first user id; users are `first_user..first_user + users`.
+    pub first_user: i64,
+    pub poll_interval: Duration,
+    pub poll_connections: usize,
+    /// How long to keep polling after the load ended.
+    pub final_timeout: Duration,
+    pub request_timeout: Duration,
+    pub progress: bool,
+    pub procs: Vec<ProcTarget>,
+    pub sample_every: Duration,
+}
+
+impl ScenarioConfig {
+    pub fn new(scenario: Scenario, gateway: impl Into<String>) -> Self {
+        let (users, stock, connections) = match scenario {
+            Scenario::Seed => (1_000, 500, 200),
+            Scenario::Spike => (20_000, 1_000, 500),
+            Scenario::SoldOut => (10_000, 1, 200),
+            Scenario::HotUser => (1, 10, 50),
+            Scenario::Drain => (50_000, 100_000, 500),
+        };
+        let mut cfg = Self {
+            scenario,
+            name: scenario.name().into(),
+            gateway: gateway.into(),
+            users,
+            stock,
+            connections,
+            clicks: (scenario == Scenario::HotUser).then_some(1_000),
+            duration: (scenario == Scenario::SoldOut).then_some(Duration::from_secs(10)),
+            rate: None,
+            path_token: true,
+            first_user: 10_000,
+            poll_interval: Duration::from_millis(50),
+            poll_connections: 0,
+            final_timeout: Duration::from_secs(if scenario == Scenario::Drain { 180 } else { 60 }),
+            request_timeout: Duration::from_secs(10),
+            progress: true,
+            procs: Vec::new(),
+            sample_every: Duration::from_millis(100),
+        };
+        cfg.poll_connections = default_poll_connections(cfg.connections);
+        cfg
+    }
+}
+
+/// A quarter of the load's connections, between 4 and 64.
+pub fn default_poll_connections(connections: usize) -> usize {
+    (connections / 4).clamp(4, 64)
+}
+
+/// The paths of one sale.
+struct Paths {
+    token: String,
+    orders: String,
+    result: String,
+}
+
+impl Paths {
+    fn new(g: i64) -> Self {
+        Self {
+            token: format!("/api/seckill/{g}/token"),
+            orders: format!("/api/seckill/{g}/orders"),
+            result: format!("/api/seckill/{g}/result"),
+        }
+    }
+}
+
+/// Hands out clicks: which user, and (open loop) when.
+struct ClickSource {
+    next: AtomicU64,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+    users: u64,
+    rate: Option<f64>,
+    t0: Instant,
+}
+
+impl ClickSource {
+    fn next(&self) -> Option<(usize, Option<Instant>)> {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        if self.limit.is_some_and(|l| seq >= l) {
+            return None;
+        }
+        let scheduled = self.rate.map(|r| self.t0 + Duration::from_secs_f64(seq as f64 / r));
+        if let Some(deadline) = self.deadline
+            && scheduled.unwrap_or_else(Instant::now) >= deadline
+        {
+            return None;
+        }
+        let user = (seq % self.users.max(1)) as usize;
+        Some((user, scheduled))
+    }
+}
+
+/// One click's outcome.
+#[derive(Debug, Clone, Copy)]
+struct Click {
+    user: usize,
+    /// The status of the last call the click made (the path token's when it was refused).
+    last: Call,
+    status: u16,
+    answered_us: u32,
+}
+
+#[derive(Default)]
+struct WorkerOut {
+    events: Vec<Event>,
+    clicks: Vec<Click>,
+    reconnects: u64,
+}
+
+/// Runs a scenario against a running system and returns its report.
+pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
+    if cfg.users == 0 || cfg.connections == 0 {
+        bail!("users and connections must be at least 1");
+    }
+    let endpoint = Endpoint::parse(&cfg.gateway)?;
+    let mut admin = Conn::new(endpoint.clone(), cfg.request_timeout);
+    let admin_token = dev_token(&mut admin, 1, "admin").await?;
+    let goods = create_sale(&mut admin, &admin_token, cfg).await?;
+    let g = goods.id.get();
+    let paths = Arc::new(Paths::new(g));
+
+    let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
+    let tokens = Arc::new(mint_tokens(&endpoint, &user_ids, cfg).await?);
+    let mut conns = Conn::open_many(&endpoint, cfg.connections, cfg.request_timeout).await?;
+    let poll_conns = Conn::open_many(&endpoint, cfg.poll_connections.max(1), cfg.request_timeout).await?;
+    let mut buyers: Vec<Buyer> = user_ids.iter().map(|u| Buyer { user_id: *u, ..Buyer::default() }).collect();
+    let mut notes = Vec::new();
+
+    if cfg.scenario == Scenario::SoldOut && cfg.stock > 0 {
+        let sold = sell_out(cfg, &mut conns[0], &tokens, &paths, &mut buyers).await?;
+        notes.push(format!(
+            "before the clock: {sold} users bought the {} units (full buy path, polled to final)",
+            cfg.stock
+        ));
+    }
+
+    // The timed phase.
+    let total_clicks = match cfg.scenario {
+        Scenario::SoldOut => None,
+        Scenario::HotUser => Some(cfg.clicks.unwrap_or(1_000)),
+        _ => Some(cfg.users),
+    };
+    let progress = Progress::new(cfg.progress, total_clicks, cfg.scenario.name());
+    let cpu_before = machine::snapshot();
+    let sampler = Sampler::start(cfg.procs.clone(), cfg.sample_every);
+    let clock = Clock::start();
+    let source = Arc::new(ClickSource {
+        next: AtomicU64::new(0),
+        limit: total_clicks,
+        deadline: cfg.duration.map(|d| clock.t0() + d),
+        users: cfg.users,
+        rate: cfg.rate,
+        t0: clock.t0(),
+    });
+    let (accepted_tx, accepted_rx) = mpsc::unbounded_channel();
+    let finals_seen = Arc::new(AtomicU64::new(0));
+    let poller = tokio::spawn(poll_results(
+        PollSetup {
+            conns: poll_conns,
+            tokens: tokens.clone(),
+            path: paths.result.clone(),
+            clock,
+            interval: cfg.poll_interval,
+            final_timeout: cfg.final_timeout,
+            finals_seen: finals_seen.clone(),
+        },
+        accepted_rx,
+    ));
+    let mut workers = JoinSet::new();
+    for conn in conns {
+        workers.spawn(buy_worker(
+            conn,
+            source.clone(),
+            tokens.clone(),
+            paths.clone(),
+            accepted_tx.clone(),
+            clock,
+            cfg.path_token,
+            progress.counter.clone(),
+        ));
+    }
+    drop(accepted_tx);
+    let mut events = Vec::new();
+    let mut clicks = Vec::new();
+    let mut reconnects = 0;
+    while let Some(done) = workers.join_next().await {
+        let out = done.context("a load worker panicked")?;
+        events.extend(out.events);
+        clicks.extend(out.clicks);
+        reconnects += out.reconnects;
+    }
+    let load_end_us = clock.now_us();
+    progress.finish();
+    let accepted_so_far = clicks.iter().filter(|c| c.last == Call::Order && c.status == 202).count() as u64;
+    let backlog = accepted_so_far.saturating_sub(finals_seen.load(Ordering::Relaxed));
+    let polling = Progress::new(cfg.progress && backlog > 0, Some(backlog), "results final");
+    let ticker = {
+        let (seen, counter, start) =
+            (finals_seen.clone(), polling.counter.clone(), finals_seen.load(Ordering::Relaxed));
+        tokio::spawn(async move {
+            loop {
+                counter.store(seen.load(Ordering::Relaxed).saturating_sub(start), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let polled = poller.await.context("the result poller panicked")?;
+    ticker.abort();
+    polling.finish();
+    let memory = sampler.stop();
+    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+
+    // Fold what each user saw.
+    for c in &clicks {
+        let b = &mut buyers[c.user];
+        b.clicks += 1;
+        if c.last == Call::Order && c.status == 202 {
+            b.accepted += 1;
+        } else {
+            if is_undecided(c.status) {
+                b.undecided_clicks += 1;
+            }
+            b.answered_us = Some(b.answered_us.unwrap_or(0).max(c.answered_us));
+        }
+    }
+    for (user, fin) in &polled.finals {
+        let b = &mut buyers[*user];
+        b.result = Some(fin.state);
+        b.order_id = fin.order_id;
+        b.answered_us = fin.at_us.map(|at| at.max(b.answered_us.unwrap_or(0)));
+    }
+    let stock_available = match goods_now(&mut admin, g).await {
+        Ok(goods) => Some(goods.stock_available),
+        Err(e) => {
+            notes.push(format!("GET /api/goods/{g} after the run failed: {e:#}"));
+            None
+        }
+    };
+    let checks = invariants::check(&buyers, cfg.stock, stock_available);
+
+    let mut refused: BTreeMap<String, u64> = BTreeMap::new();
+    for c in clicks.iter().filter(|c| !(c.last == Call::Order && c.status == 202)) {
+        let label = format!("{} {}", c.last.name(), outcome_label(c.last, c.status));
+        *refused.entry(label).or_default() += 1;
+    }
+    let count_result = |s: FinalState| buyers.iter().filter(|b| b.result == Some(s)).count() as u64;
+    let success = count_result(FinalState::Success);
+    let buy = BuySummary {
+        goods_id: g,
+        stock: cfg.stock,
+        stock_available,
+        users: cfg.users,
+        clicks: clicks.len() as u64,
+        accepted: buyers.iter().map(|b| u64::from(b.accepted)).sum(),
+        success,
+        failed: count_result(FinalState::Failed),
+        still_queued: count_result(FinalState::Queued),
+        refused,
+        polls: polled.events.len() as u64,
+    };
+
+    let accept_times: Vec<u32> =
+        events.iter().filter(|e| e.call == Call::Order && e.status == 202).map(|e| e.end_us).collect();
+    let final_times: Vec<u32> = polled.finals.values().filter_map(|f| f.at_us).collect();
+    let last_final = final_times.iter().copied().max();
+    let first_accept = accept_times.iter().copied().min();
+    let secs = |us: u32| f64::from(us) / 1e6;
+    let all_answered = if buyers.iter().any(|b| b.clicks > 0 && b.answered_us.is_none()) {
+        None
+    } else {
+        buyers.iter().filter_map(|b| b.answered_us).max().map(secs)
+    };
+    let drain_window = match (first_accept, last_final) {
+        (Some(a), Some(f)) if f > a => Some(secs(f - a)),
+        _ => None,
+    };
+    let drain = DrainSummary {
+        accepted_per_sec: stats::call_stats(
+            &events.iter().filter(|e| e.call == Call::Order).copied().collect::<Vec<_>>(),
+        )
+        .iter()
+        .find(|r| r.outcome == "202")
+        .map_or(0.0, |r| r.count as f64 / r.window_secs.max(1e-6)),
+        first_request_to_last_final_s: last_final.map(secs),
+        first_accept_to_last_final_s: drain_window,
+        orders_per_sec: drain_window.map(|w| stats::per_sec(success, w)),
+        all_answered_within_s: all_answered,
+        backlog_at_load_end: backlog,
+    };
+
+    let mut all_events = events;
+    all_events.extend_from_slice(&polled.events);
+    let span = all_events.iter().map(|e| u64::from(e.end_us)).max().unwrap_or(0);
+    let timeline = stats::timeline(
+        &all_events,
+        &[("results final".to_owned(), final_times)],
+        stats::bucket_ms_for(span),
+    );
+    if reconnects > 0 {
+        notes.push(format!("{reconnects} load connections were re-opened after an error or a close"));
+    }
+    if cpu.disturbed {
+        notes.push(format!(
+            "other processes used {:.2} cores during the run: the figures are disturbed",
+            cpu.others_cores
+        ));
+    }
+    Ok(Report {
+        kind: KIND_SCENARIO.into(),
+        name: cfg.name.clone(),
+        started_at: report::now_rfc3339(),
+        command: report::this_command(),
+        params: json!({
+            "scenario": cfg.scenario.name(),
+            "gateway": cfg.gateway,
+            "users": cfg.users,
+            "stock": cfg.stock,
+            "connections": cfg.connections,
+            "clicks": total_clicks,
+            "duration_secs": cfg.duration.map(|d| d.as_secs_f64()),
+            "rate": cfg.rate,
+            "path_token": cfg.path_token,
+            "first_user": cfg.first_user,
+            "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
+            "poll_connections": cfg.poll_connections,
+        }),
+        duration_secs: secs(load_end_us),
+        calls: stats::call_stats(&all_events),
+        buy: Some(buy),
+        drain: Some(drain),
+        invariants: checks,
+        memory,
+        cpu: Some(cpu),
+        timeline,
+        notes,
+    })
+}
+
+/// A refusal that is not an answer about the sale: the click may be retried.
+fn is_undecided(status: u16) -> bool {
+    matches!(status, STATUS_ERROR | STATUS_TIMEOUT | 429) || status >= 500
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn buy_worker(
+    mut conn: Conn,
+    source: Arc<ClickSource>,
+    tokens: Arc<Vec<HeaderValue>>,
+    paths: Arc<Paths>,
+    accepted: mpsc::UnboundedSender<(usize, u32)>,
+    clock: Clock,
+    path_token: bool,
+    done: Arc<AtomicU64>,
+) -> WorkerOut {
+    let mut out = WorkerOut::default();
+    let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
+    while let Some((user, scheduled)) = source.next() {
+        if let Some(at) = scheduled {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let bearer = &tokens[user];
+        let mut start = scheduled.unwrap_or_else(Instant::now);
+        let mut presented = None;
+        if path_token {
+            let a = conn.send(Req::post(&paths.token).bearer(bearer)).await;
+            let end = Instant::now();
+            out.events.push(clock.event(Call::PathToken, a.status, start, end));
+            if a.status != 200 {
+                out.clicks.push(Click {
+                    user,
+                    last: Call::PathToken,
+                    status: a.status,
+                    answered_us: clock.us(end),
+                });
+                done.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            presented = serde_json::from_slice::<TokenResponse>(&a.body)
+                .ok()
+                .and_then(|t| HeaderValue::from_str(&t.token).ok());
+            start = end;
+        }
+        let mut req = Req::post(&paths.orders).bearer(bearer);
+        if let Some(t) = presented {
+            req = req.header(token_header.clone(), t);
+        }
+        let a = conn.send(req).await;
+        let end = Instant::now();
+        out.events.push(clock.event(Call::Order, a.status, start, end));
+        let answered_us = clock.us(end);
+        if a.status == 202 {
+            let _ = accepted.send((user, answered_us));
+        }
+        out.clicks.push(Click { user, last: Call::Order, status: a.status, answered_us });
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+    out.reconnects = conn.reconnects;
+    out
+}
+
+/// A user's result as last seen by the poller.
+#[derive(Debug, Clone, Copy)]
+struct Final {
+    state: FinalState,
+    order_id: Option<i64>,
+    at_us: Option<u32>,
+}
+
+struct PollSetup {
+    conns: Vec<Conn>,
+    tokens: Arc<Vec<HeaderValue>>,
+    path: String,
+    clock: Clock,
+    interval: Duration,
+    final_timeout: Duration,
+    finals_seen: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct PollOut {
+    events: Vec<Event>,
+    finals: HashMap<usize, Final>,
+}
+
+struct Pending {
+    user: usize,
+    next: Instant,
+}
+
+/// Polls accepted users' results until each is final, oldest first. Results become final in
+/// about the order the requests were accepted (one queue), so each round polls a window of the
+/// oldest pending users no more often than `interval` each (also under the gateway's per-user
+/// rate limit); the window doubles while most of it turns out final and halves when little
+/// does, so the polls follow the consumer without flooding the system they share the cores with.
+async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiver<(usize, u32)>) -> PollOut {
+    let mut out = PollOut::default();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut give_up: Option<Instant> = None;
+    let c = s.conns.len().max(1);
+    let mut window = c * 4;
+    let mut arrive = |pending: &mut Vec<Pending>, user: usize| {
+        if seen.insert(user) {
+            pending.push(Pending { user, next: Instant::now() + s.interval });
+        }
+    };
+    loop {
+        loop {
+            match rx.try_recv() {
+                Ok((user, _)) => arrive(&mut pending, user),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    give_up.get_or_insert_with(|| Instant::now() + s.final_timeout);
+                    break;
+                }
+            }
+        }
+        if pending.is_empty() {
+            if give_up.is_some() {
+                break;
+            }
+            match rx.recv().await {
+                Some((user, _)) => arrive(&mut pending, user),
+                None => {
+                    give_up.get_or_insert_with(|| Instant::now() + s.final_timeout);
+                }
+            }
+            continue;
+        }
+        let now = Instant::now();
+        if give_up.is_some_and(|t| now >= t) {
+            break;
+        }
+        let batch: Vec<usize> =
+            pending.iter().enumerate().filter(|(_, p)| p.next <= now).map(|(i, _)| i).take(window).collect();
+        if batch.is_empty() {
+            let wake = pending.iter().map(|p| p.next).min().unwrap_or(now + s.interval);
+            let wake = give_up.map_or(wake, |g| wake.min(g));
+            if give_up.is_none() {
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake.into()) => {}
+                    m = rx.recv() => match m {
+                        Some((user, _)) => arrive(&mut pending, user),
+                        None => { give_up.get_or_insert_with(|| Instant::now() + s.final_timeout); }
+                    }
+                }
+            } else {
+                tokio::time::sleep_until(wake.into()).await;
+            }
+            continue;
+        }
+        let users: Vec<usize> = batch.iter().map(|&i| pending[i].user).collect();
+        let (tokens, path) = (&s.tokens, s.path.as_str());
+        let answers = join_all(s.conns.iter_mut().enumerate().map(|(k, conn)| {
+            let mine: Vec<usize> = users.iter().skip(k).step_by(c).copied().collect();
+            async move {
+                let mut got = Vec::with_capacity(mine.len());
+                for user in mine {
+                    let start = Instant::now();
+                    let a = conn.send(Req::get(path).bearer(&tokens[user])).await;
+                    got.push((user, a, start, Instant::now()));
+                }
+                got
+            }
+        }))
+        .await;
+        let mut done: HashSet<usize> = HashSet::new();
+        for (user, a, start, end) in answers.into_iter().flatten() {
+            out.events.push(s.clock.event(Call::Result, a.status, start, end));
+            if let Some(state) = final_state(&a) {
+                let order_id = serde_json::from_slice::<SeckillResult>(&a.body)
+                    .ok()
+                    .and_then(|r| r.order_id)
+                    .map(|o| o.get());
+                out.finals.insert(user, Final { state, order_id, at_us: Some(s.clock.us(end)) });
+                done.insert(user);
+            }
+        }
+        s.finals_seen.fetch_add(done.len() as u64, Ordering::Relaxed);
+        let next = Instant::now() + s.interval;
+        for &i in &batch {
+            pending[i].next = next;
+        }
+        pending.retain(|p| !done.contains(&p.user));
+        let polled = batch.len();
+        if done.len() * 2 >= polled {
+            window = (window * 2).min(1 << 16);
+        } else if done.len() * 5 < polled {
+            window = (window / 2).max(c);
+        }
+    }
+    for p in pending {
+        out.finals.insert(p.user, Final { state: FinalState::Queued, order_id: None, at_us: None });
+    }
+    out
+}
+
+/// The final state in a result answer, or `None` while queued (or the poll failed).
+fn final_state(a: &Answer) -> Option<FinalState> {
+    if a.status != 200 {
+        return None;
+    }
+    let r: SeckillResult = serde_json::from_slice(&a.body).ok()?;
+    match r.status {
+        SeckillStatus::Queued => None,
+        SeckillStatus::Success => Some(FinalState::Success),
+        SeckillStatus::Failed => Some(FinalState::Failed),
+        SeckillStatus::None => Some(FinalState::None),
+    }
+}
+
+/// `sold-out`: the first `stock` users buy every unit before the clock starts.
+async fn sell_out(
+    cfg: &ScenarioConfig,
+    conn: &mut Conn,
+    tokens: &[HeaderValue],
+    paths: &Paths,
+    buyers: &mut [Buyer],
+) -> anyhow::Result<u64> {
+    let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
+    let mut sold = 0;
+    for user in 0..buyers.len().min(usize::try_from(cfg.stock).unwrap_or(usize::MAX)) {
+        let mut req = Req::post(&paths.orders).bearer(&tokens[user]);
+        if cfg.path_token {
+            let a = conn.send(Req::post(&paths.token).bearer(&tokens[user])).await;
+            let t: TokenResponse = serde_json::from_slice(&a.body)
+                .with_context(|| format!("path token before the sale sold out: HTTP {}", a.status))?;
+            req = req.header(token_header.clone(), HeaderValue::from_str(&t.token)?);
+        }
+        let a = conn.send(req).await;
+        if a.status != 202 {
+            bail!("selling out the sale: an order was answered HTTP {}", a.status);
+        }
+        let deadline = Instant::now() + cfg.final_timeout;
+        let b = &mut buyers[user];
+        b.clicks += 1;
+        b.accepted += 1;
+        b.result = Some(FinalState::Queued);
+        while Instant::now() < deadline {
+            let a = conn.send(Req::get(&paths.result).bearer(&tokens[user])).await;
+            if let Some(state) = final_state(&a) {
+                b.result = Some(state);
+                b.order_id = serde_json::from_slice::<SeckillResult>(&a.body)
+                    .ok()
+                    .and_then(|r| r.order_id)
+                    .map(|o| o.get());
+                b.answered_us = Some(0);
+                break;
+            }
+            tokio::time::sleep(cfg.poll_interval).await;
+        }
+        sold += 1;
+    }
+    Ok(sold)
+}
+
+/// A dev token for `user` with `role`, from `POST /api/auth/dev-token`.
+pub async fn dev_token(conn: &mut Conn, user: i64, role: &str) -> anyhow::Result<String> {
+    let a = conn.send(Req::post("/api/auth/dev-token").json(&json!({"user_id": user, "role": role}))).await;
+    if a.status != 200 {
+        bail!(
+            "POST /api/auth/dev-token answered HTTP {} ({}); the gateway needs auth.dev_tokens = true",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        );
+    }
+    Ok(serde_json::from_slice::<TokenResponse>(&a.body)?.token)
+}
+
+async fn create_sale(conn: &mut Conn, admin: &str, cfg: &ScenarioConfig) -> anyhow::Result<Goods> {
+    let now = Utc::now();
+    let body = NewGoods {
+        name: format!("bench {} {}", cfg.name, now.format("%H:%M:%S")),
+        price_cents: 99_900,
+        seckill_price_cents: 49_900,
+        stock_total: cfg.stock,
+        start_at: now - chrono::Duration::seconds(5),
+        end_at: now + chrono::Duration::hours(2),
+    };
+    let bearer = bearer_header(admin)?;
+    let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;
+    if a.status != 201 {
+        bail!("POST /api/admin/goods answered HTTP {}: {}", a.status, String::from_utf8_lossy(&a.body));
+    }
+    Ok(serde_json::from_slice(&a.body)?)
+}
+
+async fn goods_now(conn: &mut Conn, g: i64) -> anyhow::Result<Goods> {
+    let a = conn.send(Req::get(&format!("/api/goods/{g}"))).await;
+    if a.status != 200 {
+        bail!("HTTP {}", a.status);
+    }
+    Ok(serde_json::from_slice(&a.body)?)
+}
+
+/// Every user's bearer header, minted through the gateway before the clock starts.
+async fn mint_tokens(
+    endpoint: &Arc<Endpoint>,
+    users: &[i64],
+    cfg: &ScenarioConfig,
+) -> anyhow::Result<Vec<HeaderValue>> {
+    let n = cfg.connections.clamp(1, 32).min(users.len().max(1));
+    let progress =
+        Progress::new(cfg.progress && users.len() >= 5_000, Some(users.len() as u64), "minting tokens");
+    let conns = Conn::open_many(endpoint, n, cfg.request_timeout).await?;
+    let users = Arc::new(users.to_vec());
+    let mut tasks = JoinSet::new();
+    for (k, mut conn) in conns.into_iter().enumerate() {
+        let (users, counter) = (users.clone(), progress.counter.clone());
+        tasks.spawn(async move {
+            let mut got = Vec::new();
+            for i in (k..users.len()).step_by(n) {
+                let mut last = None;
+                for _ in 0..3 {
+                    match dev_token(&mut conn, users[i], "user").await {
+                        Ok(t) => {
+                            last = Some(Ok(t));
+                            break;
+                        }
+                        Err(e) => last = Some(Err(e)),
+                    }
+                }
+                match last {
+                    Some(Ok(t)) => got.push((i, bearer_header(&t)?)),
+                    Some(Err(e)) => return Err(e),
+                    None => bail!("no token for user {}", users[i]),
+                }
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(got)
+        });
+    }
+    let mut tokens = vec![HeaderValue::from_static(""); users.len()];
+    while let Some(done) = tasks.join_next().await {
+        for (i, t) in done.context("minting tokens")?? {
+            tokens[i] = t;
+        }
+    }
+    progress.finish();
+    Ok(tokens)
+}

@@ -1,0 +1,208 @@
+//! The tool's smoke test, the one CI runs: the whole system in-process on port 0 (the same
+//! harness shape as crates/e2e: seckill-testkit and each service's `startup::build`, against
+//! the real PostgreSQL, Redis and RabbitMQ), the `seed` scenario at a tiny size through the
+//! library API, and its report: invariants hold, counts add up, JSON, chart and markdown.
+//! Plus the `upstream` + `http` baseline pair, which needs no servers.
+
+use std::time::Duration;
+
+use seckill_bench::report::Report;
+use seckill_bench::scenario::{self, Scenario, ScenarioConfig};
+use seckill_bench::{baseline, chart, markdown};
+use seckill_common::amqp::AmqpNames;
+use seckill_common::config::{
+    AmqpSettings, AuthSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings,
+};
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, redis_url};
+
+const JWT_SECRET: &str = "bench-smoke-secret";
+
+fn http_settings() -> HttpSettings {
+    HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
+}
+
+/// Fields drop in order: the services stop (gateway first) before the databases and names go.
+#[allow(dead_code)]
+struct System {
+    gateway: RunningService,
+    seckill: RunningService,
+    order: RunningService,
+    stock: RunningService,
+    stock_db: TestDb,
+    order_db: TestDb,
+    names: TestNames,
+}
+
+/// Retry delay of the test queues (as in crates/e2e).
+const RETRY_DELAY_MS: u64 = 200;
+const ORDER_TTL_SECS: u64 = 1_800;
+
+fn spawn_system() -> System {
+    let mut names = TestNames::new();
+    let amqp_names = AmqpNames::new(names.amqp_prefix.clone());
+    names.cleanup_amqp(
+        amqp_names.all_queues(ORDER_TTL_SECS, RETRY_DELAY_MS),
+        vec![amqp_names.broadcast_exchange()],
+    );
+    let stock_db = TestDb::new("stock");
+    let order_db = TestDb::new("order");
+
+    let redis =
+        RedisSettings { url: redis_url(), key_prefix: names.redis_prefix.clone(), ..Default::default() };
+    let amqp = AmqpSettings {
+        url: amqp_url(),
+        prefix: names.amqp_prefix.clone(),
+        retry_delay_ms: RETRY_DELAY_MS,
+        max_attempts: 3,
+        ..Default::default()
+    };
+    let database = |db: &TestDb| DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() };
+
+    let s = stock_service::Settings {
+        http: http_settings(),
+        database: database(&stock_db),
+        amqp: amqp.clone(),
+        ..Default::default()
+    };
+    let stock = RunningService::start(move || stock_service::startup::build(s));
+    let upstreams = |seckill: &str, order: &str| UpstreamSettings {
+        seckill: seckill.to_owned(),
+        order: order.to_owned(),
+        stock: stock.url(),
+        ..Default::default()
+    };
+
+    let s = seckill_service::Settings {
+        http: http_settings(),
+        redis: redis.clone(),
+        amqp: amqp.clone(),
+        upstreams: upstreams("", ""),
+        ..Default::default()
+    };
+    let seckill = RunningService::start(move || seckill_service::startup::build(s));
+
+    let s = order_service::Settings {
+        http: http_settings(),
+        database: database(&order_db),
+        redis,
+        amqp,
+        upstreams: upstreams("", ""),
+        order: order_service::configuration::OrderSettings {
+            ttl_secs: ORDER_TTL_SECS,
+            outage_pause_ms: 200,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let order = RunningService::start(move || order_service::startup::build(s));
+
+    let s = gateway::configuration::Settings {
+        http: http_settings(),
+        auth: AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
+        upstreams: upstreams(&seckill.url(), &order.url()),
+        ..Default::default()
+    };
+    let gateway = RunningService::start(move || gateway::startup::build(s));
+
+    System { gateway, seckill, order, stock, stock_db, order_db, names }
+}
+
+fn count(report: &Report, call: &str, outcome: &str) -> u64 {
+    report.row(call, outcome).map_or(0, |r| r.count)
+}
+
+/// 60 users for 20 units on 10 connections: exactly 20 winners, everyone answered, the
+/// invariants hold, and the report's counts add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_seed_scenario_holds_its_invariants() {
+    let sys = spawn_system();
+    let mut cfg = ScenarioConfig::new(Scenario::Seed, sys.gateway.url());
+    cfg.users = 60;
+    cfg.stock = 20;
+    cfg.connections = 10;
+    cfg.poll_connections = 4;
+    cfg.progress = false;
+    cfg.final_timeout = Duration::from_secs(60);
+    let report = scenario::run(&cfg).await.expect("the scenario runs");
+    println!("{}", report.render());
+
+    assert!(report.invariants_hold(), "{:#?}", report.invariants);
+    assert_eq!(report.invariants.len(), 7);
+    let buy = report.buy.as_ref().expect("a buy summary");
+    assert_eq!((buy.users, buy.clicks), (60, 60));
+    assert_eq!(buy.accepted, 20);
+    assert_eq!((buy.success, buy.failed, buy.still_queued), (20, 0, 0));
+    assert_eq!(buy.stock_available, Some(0));
+    assert_eq!(buy.accepted + buy.refused.values().sum::<u64>(), buy.clicks);
+
+    // Every click asked for a path token; those answered 200 went on to order.
+    assert_eq!(count(&report, "path-token", "all"), 60);
+    assert_eq!(count(&report, "order", "all"), count(&report, "path-token", "200"));
+    assert_eq!(count(&report, "order", "202"), 20);
+    for call in ["path-token", "order", "result"] {
+        let outcomes: u64 =
+            report.calls.iter().filter(|r| r.call == call && r.outcome != "all").map(|r| r.count).sum();
+        assert_eq!(outcomes, count(&report, call, "all"), "{call}");
+    }
+    assert!(count(&report, "result", "200") >= 20);
+    assert_eq!(buy.polls, count(&report, "result", "all"));
+
+    let drain = report.drain.as_ref().expect("a drain summary");
+    assert!(drain.all_answered_within_s.is_some(), "{drain:?}");
+    assert!(drain.orders_per_sec.is_some_and(|v| v > 0.0), "{drain:?}");
+    assert!(report.row("order", "all").unwrap().latency.p50_ms > 0.0);
+
+    // JSON round trip, chart and markdown from the same report.
+    let dir = std::env::temp_dir().join(format!("seckill-bench-smoke-{}", uuid::Uuid::new_v4()));
+    report.write_json(&dir.join("seed.json")).unwrap();
+    let back = Report::read_json(&dir.join("seed.json")).unwrap();
+    let key =
+        |r: &Report| r.calls.iter().map(|c| (c.call.clone(), c.outcome.clone(), c.count)).collect::<Vec<_>>();
+    assert_eq!(key(&back), key(&report));
+    assert_eq!(back.invariants, report.invariants);
+    chart::write_svg(&report, &dir.join("seed.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("seed.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("polyline"), "{}", &svg[..200.min(svg.len())]);
+    markdown::write(&dir, &dir.join("BENCHMARKS.md")).unwrap();
+    let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
+    assert!(md.contains("### seed") && md.contains("bench/seed.svg"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The one-hop baseline's pieces: the trivial upstream answers, and `http` load counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_load_against_the_trivial_upstream() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(baseline::serve_upstream(
+        listener,
+        bytes::Bytes::from_static(baseline::UPSTREAM_BODY.as_bytes()),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let cfg = baseline::HttpConfig {
+        name: "upstream".into(),
+        url: format!("http://127.0.0.1:{port}/api/goods"),
+        connections: 4,
+        duration: Duration::from_millis(500),
+        rate: None,
+        request_timeout: Duration::from_secs(5),
+        progress: false,
+        procs: Vec::new(),
+    };
+    let report = baseline::http_load(&cfg).await.unwrap();
+    let ok = report.row("get", "200").expect("200s");
+    assert!(ok.count > 100, "{ok:?}");
+    assert_eq!(count(&report, "get", "all"), ok.count);
+    assert!(report.load_per_sec() > 0.0);
+
+    // Open loop: about rate x duration requests.
+    let cfg = baseline::HttpConfig { rate: Some(200.0), ..cfg };
+    let report = baseline::http_load(&cfg).await.unwrap();
+    let n = count(&report, "get", "200");
+    assert!((90..=101).contains(&n), "{n}");
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
