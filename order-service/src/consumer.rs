@@ -89,7 +89,7 @@ pub async fn handle_expiries(
                 continue;
             }
         };
-        match expire(releaser, fulfiller, expiry).await {
+        match expire(releaser, fulfiller, expiry.clone()).await {
             Ok(()) => inbox.ack(d).await?,
             Err(e) if is_outage(&e) => {
                 tracing::error!(
@@ -100,7 +100,7 @@ pub async fn handle_expiries(
                 inbox.requeue(d).await?;
             }
             Err(e) => {
-                tracing::error!(error = format!("{e:#}"), order_id = %expiry.order_id, "expiry failed");
+                tracing::error!(error = format!("{e:#}"), orders = expiry.order_ids.len(), "expiry failed");
                 if inbox.retry_later(d).await? == Retry::Exhausted {
                     // The sweeper expires it later all the same.
                     inbox.dead_letter(d, "out of tries").await?;
@@ -114,13 +114,13 @@ pub async fn handle_expiries(
 async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, expiry: OrderExpiry) -> anyhow::Result<()> {
     let expired = {
         let mut conn = fulfiller.pool().get().await?;
-        transition::expire(&mut conn, expiry.order_id).await?
+        transition::expire(&mut conn, &expiry.order_ids).await?
     };
-    // None: paid or cancelled meanwhile (or expired by an earlier copy of this message).
-    if let Some(row) = expired {
-        tracing::info!(order_id = row.id, "order expired unpaid");
-        metrics::counter!("order_orders_expired_total").increment(1);
-        releaser.send(&[row]).await?;
+    // Orders not returned were paid or cancelled meanwhile (or expired by an earlier copy).
+    if !expired.is_empty() {
+        tracing::info!(orders = expired.len(), "orders expired unpaid");
+        metrics::counter!("order_orders_expired_total").increment(expired.len() as u64);
+        releaser.send(&expired).await?;
     }
     Ok(())
 }

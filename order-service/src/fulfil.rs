@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dashmap::DashMap;
-use futures_util::future::try_join_all;
 use lapin::BasicProperties;
 use seckill_common::amqp::{AmqpNames, OrderExpiry, OrderRequest};
 use seckill_common::api::{DeductOutcome, DeductRequest};
@@ -156,21 +155,18 @@ impl Fulfiller {
         Ok(report)
     }
 
-    /// One message per order into the delay queue (the queue's TTL is the timer), all
-    /// confirms in flight at once.
+    /// One message for the batch's orders into the delay queue (the queue's TTL is the timer).
     async fn schedule_expiries(&self, orders: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
-        let queue = self.names.order_delay_queue(self.ttl.as_secs());
-        try_join_all(orders.iter().map(|(_, order_id)| {
-            let queue = queue.clone();
-            async move {
-                let id = OrderId::new(*order_id).ok_or_else(|| anyhow::anyhow!("order id {order_id}"))?;
-                let body = serde_json::to_vec(&OrderExpiry::new(id))?;
-                let properties = BasicProperties::default().with_content_type("application/json".into());
-                self.publisher.publish(&queue, &body, properties).await?;
-                anyhow::Ok(())
-            }
-        }))
-        .await?;
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let ids = orders
+            .iter()
+            .map(|(_, id)| OrderId::new(*id).ok_or_else(|| anyhow::anyhow!("order id {id}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let body = serde_json::to_vec(&OrderExpiry::new(ids))?;
+        let properties = BasicProperties::default().with_content_type("application/json".into());
+        self.publisher.publish(&self.names.order_delay_queue(self.ttl.as_secs()), &body, properties).await?;
         Ok(())
     }
 

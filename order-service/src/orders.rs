@@ -158,18 +158,18 @@ pub mod transition {
         .optional()
     }
 
-    /// unpaid -> expired (its delay ran out).
-    pub async fn expire(conn: &mut AsyncPgConnection, id: OrderId) -> QueryResult<Option<OrderRow>> {
+    /// unpaid -> expired (their delay ran out), for those of `ids` still unpaid.
+    pub async fn expire(conn: &mut AsyncPgConnection, ids: &[OrderId]) -> QueryResult<Vec<OrderRow>> {
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
         diesel::update(
             orders::table
-                .filter(orders::id.eq(id.get()))
+                .filter(orders::id.eq_any(ids))
                 .filter(orders::status.eq(OrderStatus::Unpaid.as_str())),
         )
         .set((orders::status.eq(OrderStatus::Expired.as_str()), orders::updated_at.eq(diesel::dsl::now)))
         .returning(OrderRow::as_returning())
-        .get_result(conn)
+        .get_results(conn)
         .await
-        .optional()
     }
 
     /// The safety net behind the delay queue: unpaid orders `grace` past their expiry. Rows

@@ -25,16 +25,17 @@ impl OrderRequest {
     }
 }
 
-/// An order to expire if still unpaid when its delay runs out (published to the delay queue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Orders to expire if still unpaid when their delay runs out: one message per batch of new
+/// orders (published to the delay queue), so a spike costs one publish per batch, not per order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderExpiry {
     pub v: u32,
-    pub order_id: OrderId,
+    pub order_ids: Vec<OrderId>,
 }
 
 impl OrderExpiry {
-    pub fn new(order_id: OrderId) -> Self {
-        Self { v: MESSAGE_VERSION, order_id }
+    pub fn new(order_ids: Vec<OrderId>) -> Self {
+        Self { v: MESSAGE_VERSION, order_ids }
     }
 }
 
