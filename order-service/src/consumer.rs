@@ -74,41 +74,14 @@ pub async fn handle_orders(
     Ok(())
 }
 
-/// Expires each order still unpaid and sends its release.
+/// Expires the orders of each message that are still unpaid and sends their releases.
 pub async fn handle_expiries(
     releaser: &Releaser,
     fulfiller: &Fulfiller,
     inbox: Inbox,
     outage_pause: Duration,
 ) -> anyhow::Result<()> {
-    for d in &inbox.deliveries {
-        let expiry = match decode::<OrderExpiry>(&d.data) {
-            Ok(m) => m,
-            Err(why) => {
-                inbox.dead_letter(d, &why).await?;
-                continue;
-            }
-        };
-        match expire(releaser, fulfiller, expiry.clone()).await {
-            Ok(()) => inbox.ack(d).await?,
-            Err(e) if is_outage(&e) => {
-                tracing::error!(
-                    error = format!("{e:#}"),
-                    "a dependency is down; the expiry goes back to the queue"
-                );
-                tokio::time::sleep(outage_pause).await;
-                inbox.requeue(d).await?;
-            }
-            Err(e) => {
-                tracing::error!(error = format!("{e:#}"), orders = expiry.order_ids.len(), "expiry failed");
-                if inbox.retry_later(d).await? == Retry::Exhausted {
-                    // The sweeper expires it later all the same.
-                    inbox.dead_letter(d, "out of tries").await?;
-                }
-            }
-        }
-    }
-    Ok(())
+    inbox.each(outage_pause, is_outage, |expiry: OrderExpiry| expire(releaser, fulfiller, expiry)).await
 }
 
 async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, expiry: OrderExpiry) -> anyhow::Result<()> {

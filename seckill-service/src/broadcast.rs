@@ -7,8 +7,9 @@ use actix_web::web;
 use lapin::BasicProperties;
 use seckill_common::GoodsId;
 use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode};
-use seckill_infra::consumer::{Inbox, Retry};
+use seckill_infra::consumer::Inbox;
 
+use crate::gate::GateError;
 use crate::sales::now_ms;
 use crate::state::AppState;
 
@@ -51,35 +52,24 @@ pub async fn handle_broadcasts(state: web::Data<AppState>, inbox: Inbox) -> anyh
 /// `seckill.restock`: an order's unit came back at the authority; back into Redis, and the
 /// buyer may try again. Idempotent on the order key.
 pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow::Result<()> {
-    for d in &inbox.deliveries {
-        let release = match decode::<Release>(&d.data) {
-            Ok(r) => r,
-            Err(why) => {
-                inbox.dead_letter(d, &why).await?;
-                continue;
-            }
-        };
-        match state.gate.restore(release.goods_id, release.user_id, release.order_key).await {
-            Ok(restored) => {
-                if restored {
-                    tracing::info!(goods_id = %release.goods_id, user_id = %release.user_id, reason = ?release.reason,
-                        "unit back on sale");
-                    metrics::counter!("seckill_units_restocked_total").increment(1);
-                    if let Some(sale) = state.sales.cached(release.goods_id) {
-                        sale.clear_sold_out();
-                    }
-                    announce(&state, BroadcastKind::Restocked, release.goods_id).await;
-                }
-                inbox.ack(d).await?;
-            }
-            Err(e) => {
-                // Redis is the only dependency here: a failure is an outage of it.
-                tracing::error!(error = %e, "redis unavailable; the restock waits for a retry");
-                if inbox.retry_later(d).await? == Retry::Exhausted {
-                    inbox.dead_letter(d, "out of tries").await?;
-                }
-            }
+    let pause = state.settings.sold_out_recheck();
+    inbox.each(pause, redis_down, |release: Release| restock(&state, release)).await
+}
+
+/// Redis is the only dependency of a restock: any failure to reach it is an outage.
+fn redis_down(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| cause.is::<GateError>()) || seckill_infra::is_outage(e)
+}
+
+async fn restock(state: &AppState, release: Release) -> anyhow::Result<()> {
+    if state.gate.restore(release.goods_id, release.user_id, release.order_key).await? {
+        tracing::info!(goods_id = %release.goods_id, user_id = %release.user_id, reason = ?release.reason,
+            "unit back on sale");
+        metrics::counter!("seckill_units_restocked_total").increment(1);
+        if let Some(sale) = state.sales.cached(release.goods_id) {
+            sale.clear_sold_out();
         }
+        announce(state, BroadcastKind::Restocked, release.goods_id).await;
     }
     Ok(())
 }

@@ -5,10 +5,10 @@
 //! crash between the two steps loses nothing.
 
 use lapin::BasicProperties;
-use seckill_common::amqp::{AmqpNames, Release, decode};
+use seckill_common::amqp::{AmqpNames, Release};
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
-use seckill_infra::consumer::{Inbox, Retry};
+use seckill_infra::consumer::Inbox;
 
 use crate::ledger;
 
@@ -21,33 +21,13 @@ pub struct ReleaseHandler {
 
 impl ReleaseHandler {
     pub async fn handle(&self, inbox: Inbox) -> anyhow::Result<()> {
-        for d in &inbox.deliveries {
-            let release = match decode::<Release>(&d.data) {
-                Ok(r) => r,
-                Err(why) => {
-                    inbox.dead_letter(d, &why).await?;
-                    continue;
-                }
-            };
-            match self.release(&release).await {
-                Ok(()) => inbox.ack(d).await?,
-                Err(e) if seckill_db::is_outage(&e) || seckill_infra::is_outage(&e) => {
-                    tracing::error!(
-                        error = format!("{e:#}"),
-                        "a dependency is down; the release goes back to the queue"
-                    );
-                    tokio::time::sleep(self.outage_pause).await;
-                    inbox.requeue(d).await?;
-                }
-                Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), order_key = %release.order_key, "release failed");
-                    if inbox.retry_later(d).await? == Retry::Exhausted {
-                        inbox.dead_letter(d, "out of tries").await?;
-                    }
-                }
-            }
-        }
-        Ok(())
+        inbox
+            .each(
+                self.outage_pause,
+                is_outage,
+                |release: Release| async move { self.release(&release).await },
+            )
+            .await
     }
 
     async fn release(&self, release: &Release) -> anyhow::Result<()> {
@@ -66,4 +46,8 @@ impl ReleaseHandler {
         self.publisher.publish(&self.names.restock_queue(), &body, properties).await?;
         Ok(())
     }
+}
+
+fn is_outage(e: &anyhow::Error) -> bool {
+    seckill_db::is_outage(e) || seckill_infra::is_outage(e)
 }

@@ -17,7 +17,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
-use seckill_common::amqp::{AmqpNames, retry_queue};
+use seckill_common::amqp::{AmqpNames, decode, retry_queue};
 use seckill_common::config::AmqpSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -141,6 +141,50 @@ impl Inbox {
         self.ack(delivery).await?;
         metrics::counter!("amqp_messages_retried_total", "queue" => self.queue.clone()).increment(1);
         Ok(Retry::Later)
+    }
+}
+
+impl Inbox {
+    /// Handles each delivery on its own, decoded as `T`, and settles it by the outcome: done,
+    /// acked; a dependency down (as `is_outage` tells), handed back after `outage_pause`
+    /// without counting a try; any other failure, retried later, and dead-lettered once out of
+    /// tries; undecodable, dead-lettered at once.
+    pub async fn each<T, F, Fut>(
+        &self,
+        outage_pause: Duration,
+        is_outage: fn(&anyhow::Error) -> bool,
+        mut handle: F,
+    ) -> anyhow::Result<()>
+    where
+        T: serde::de::DeserializeOwned,
+        F: FnMut(T) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        for d in &self.deliveries {
+            let message = match decode::<T>(&d.data) {
+                Ok(m) => m,
+                Err(why) => {
+                    self.dead_letter(d, &why).await?;
+                    continue;
+                }
+            };
+            match handle(message).await {
+                Ok(()) => self.ack(d).await?,
+                Err(e) if is_outage(&e) => {
+                    tracing::error!(queue = %self.queue, error = format!("{e:#}"),
+                        "a dependency is down; the message goes back to the queue");
+                    tokio::time::sleep(outage_pause).await;
+                    self.requeue(d).await?;
+                }
+                Err(e) => {
+                    tracing::error!(queue = %self.queue, error = format!("{e:#}"), "message failed");
+                    if self.retry_later(d).await? == Retry::Exhausted {
+                        self.dead_letter(d, "out of tries").await?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -21,14 +21,19 @@ async fn a_thousand_buyers_for_a_hundred_units() {
 
     // Tokens are minted before the spike, as users log in before a sale.
     let users: Vec<i64> = (1_000..2_000).collect();
-    let tokens: HashMap<i64, String> =
-        join_all(users.iter().map(|u| async { (*u, sys.dev_token(*u, "user").await) }))
-            .await
-            .into_iter()
-            .collect();
+    let limit = Arc::new(Semaphore::new(200));
+    let tokens: HashMap<i64, String> = join_all(users.iter().map(|u| {
+        let (sys, limit) = (sys.clone(), limit.clone());
+        async move {
+            let _permit = limit.acquire().await.unwrap();
+            (*u, sys.dev_token(*u, "user").await)
+        }
+    }))
+    .await
+    .into_iter()
+    .collect();
 
     // Every user buys once; the first 50 fire a second, concurrent click.
-    let limit = Arc::new(Semaphore::new(200));
     let clicks = users.iter().chain(users.iter().take(50)).map(|u| {
         let (sys, limit, token) = (sys.clone(), limit.clone(), tokens[u].clone());
         let u = *u;
