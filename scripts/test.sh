@@ -17,11 +17,12 @@ set -euo pipefail
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 cd "$SECKILL_ROOT"
 
-# Deployment checks run after the tests pass.
-# Placeholder: the rendering checks of the Kubernetes manifests (kubectl kustomize of each
-# overlay under deploy/) will be added here by a later task. Return non-zero on failure.
+# Deployment checks run after the tests pass: the Dockerfile, deploy/compose.yaml and the
+# Kubernetes overlays (rendered with kubectl kustomize, validated against the Kubernetes
+# schemas); see scripts/check-deploy.sh. Returns non-zero on failure.
 deployment_checks() {
-    return 0
+    seckill_say "bash scripts/check-deploy.sh"
+    bash "$SECKILL_ROOT/scripts/check-deploy.sh"
 }
 
 run_tests() {
