@@ -23,11 +23,16 @@ use crate::{consumer as handlers, routes};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
+/// Creates and migrates the database, then returns: the `migrate` mode of the binary, for a
+/// Job or an init container that prepares the database once per rollout.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    seckill_db::prepare(&settings.database_url(), MIGRATIONS).await
+}
+
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
     let url = settings.database_url();
-    seckill_db::ensure_database(&url).await?;
-    seckill_db::run_migrations(&url, MIGRATIONS).await?;
+    seckill_db::prepare(&url, MIGRATIONS).await?;
     let pool = seckill_db::pool(&settings.database, &url)?;
     let redis = seckill_infra::redis::pool(&settings.redis)?;
     let results = ResultStore::new(redis, RedisKeys::new(settings.redis.key_prefix.clone()));

@@ -12,6 +12,12 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     seckill_common::telemetry::init(&settings.log);
+    // `<binary> migrate`: prepare the database and exit (a pre-rollout Job or init container).
+    if std::env::args().nth(1).as_deref() == Some("migrate") {
+        startup::migrate(&settings).await?;
+        tracing::info!("database ready");
+        return Ok(());
+    }
     let app = startup::build(settings).await?;
     app.run_until_stopped(seckill_web::shutdown_signal()).await?;
     Ok(())

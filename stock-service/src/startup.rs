@@ -18,10 +18,15 @@ use crate::routes;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
+/// Creates and migrates the database, then returns: the `migrate` mode of the binary, for a
+/// Job or an init container that prepares the database once per rollout.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    seckill_db::prepare(&settings.database_url(), MIGRATIONS).await
+}
+
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let url = settings.database_url();
-    seckill_db::ensure_database(&url).await?;
-    seckill_db::run_migrations(&url, MIGRATIONS).await?;
+    seckill_db::prepare(&url, MIGRATIONS).await?;
     let pool = seckill_db::pool(&settings.database, &url)?;
 
     let names = AmqpNames::new(settings.amqp.prefix.clone());

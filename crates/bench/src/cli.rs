@@ -133,6 +133,13 @@ pub struct ScenarioArgs {
     /// Connections polling results (default: a quarter of --connections, 4 to 64).
     #[arg(long)]
     pub poll_connections: Option<usize>,
+    /// Poll results while the load runs (default true; false for drain: polls start when the
+    /// load ends, so the load is measured alone).
+    #[arg(long, value_name = "BOOL")]
+    pub poll_during_load: Option<bool>,
+    /// Orders whose creation time is read back to time the drain at the order rows.
+    #[arg(long)]
+    pub order_samples: Option<usize>,
     /// Seconds to keep polling after the load ends before calling a result stuck.
     #[arg(long)]
     pub final_timeout: Option<f64>,
@@ -178,6 +185,12 @@ impl ScenarioArgs {
         }
         if let Some(v) = self.poll_connections {
             c.poll_connections = v;
+        }
+        if let Some(v) = self.poll_during_load {
+            c.poll_during_load = v;
+        }
+        if let Some(v) = self.order_samples {
+            c.order_samples = v;
         }
         if let Some(v) = self.final_timeout {
             c.final_timeout = Duration::from_secs_f64(v);
@@ -292,6 +305,10 @@ pub struct FigureArgs {
     #[arg(long, default_value = "docs/bench")]
     pub dir: PathBuf,
     pub name: String,
+    /// `primary` (the figure repeated runs are compared by) or `accepted` (a scenario's
+    /// accepted orders per second).
+    #[arg(long, default_value = "primary")]
+    pub metric: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -405,7 +422,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Figure(a) => {
-            println!("{:.1}", markdown::figure(&a.dir, &a.name)?);
+            println!("{:.1}", markdown::figure(&a.dir, &a.name, &a.metric)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Markdown(a) => {

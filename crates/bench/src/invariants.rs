@@ -106,17 +106,30 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
     ));
 
     let expected = stock.min(users);
-    checks.push(Check::new(
-        WINNERS,
-        n_winners == expected,
-        if undecided > 0 && n_winners != expected {
+    let once = buyers.iter().all(|b| b.clicks <= 1);
+    checks.push(if once {
+        Check::new(
+            WINNERS,
+            n_winners == expected,
+            if undecided > 0 && n_winners != expected {
+                format!(
+                    "{n_winners} winners, expected min({stock}, {users}) = {expected}; {undecided} clicks had no definitive answer (errors, timeouts, 5xx, 429)"
+                )
+            } else {
+                format!("{n_winners} winners, expected min({stock}, {users}) = {expected}")
+            },
+        )
+    } else {
+        // Users clicked several times (hot-user, sold-out): a click refused by the rate limit
+        // or the sold-out flag is a fair answer, so only the bound is checked.
+        Check::new(
+            WINNERS,
+            n_winners <= expected,
             format!(
-                "{n_winners} winners, expected min({stock}, {users}) = {expected}; {undecided} clicks had no definitive answer (errors, timeouts, 5xx, 429)"
-            )
-        } else {
-            format!("{n_winners} winners, expected min({stock}, {users}) = {expected}")
-        },
-    ));
+                "users clicked several times: {n_winners} winners, at most min({stock}, {users}) = {expected}"
+            ),
+        )
+    });
 
     let queued: Vec<i64> =
         buyers.iter().filter(|b| b.result == Some(FinalState::Queued)).map(|b| b.user_id).collect();
@@ -232,6 +245,29 @@ mod tests {
         assert!(failed.contains(&WINNERS), "{failed:?}");
         let detail = &checks.iter().find(|c| c.name == NOTHING_QUEUED).unwrap().detail;
         assert!(detail.contains("1 users still queued"), "{detail}");
+    }
+
+    #[test]
+    fn a_hot_user_refused_by_the_rate_limit_is_no_violation() {
+        let buyer = Buyer {
+            user_id: 7,
+            clicks: 1_000,
+            undecided_clicks: 1_000,
+            answered_us: Some(20_000),
+            ..Buyer::default()
+        };
+        let checks = check(std::slice::from_ref(&buyer), 10, Some(10));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+        // Two winners among users who clicked several times is still a violation.
+        let mut two = vec![buyer.clone(), Buyer { user_id: 8, ..buyer }];
+        for (i, b) in two.iter_mut().enumerate() {
+            b.accepted = 1;
+            b.result = Some(FinalState::Success);
+            b.order_id = Some(i as i64 + 1);
+        }
+        let checks = check(&two, 1, Some(0));
+        let failed = failing(&checks);
+        assert!(failed.contains(&WINNERS) && failed.contains(&NO_OVERSELL), "{failed:?}");
     }
 
     #[test]

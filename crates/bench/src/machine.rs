@@ -36,6 +36,15 @@ fn is_kernel(comm: &str) -> bool {
         .any(|p| comm.starts_with(p))
 }
 
+/// Kernel threads grouped by kind (`kworker/1:2-events` -> `kworker`), processes by name.
+fn group_name(comm: &str) -> String {
+    if is_kernel(comm) {
+        comm.split(['/', '-', ':']).next().unwrap_or(comm).to_owned()
+    } else {
+        comm.to_owned()
+    }
+}
+
 fn is_ours(comm: &str) -> bool {
     OURS.iter().any(|o| comm.starts_with(o))
 }
@@ -126,8 +135,10 @@ pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot) -> CpuReport {
     let wall_secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
     let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
     for (pid, (comm, ticks)) in &b.procs {
-        let before = a.procs.get(pid).filter(|(c, _)| c == comm).map_or(0, |(_, t)| *t);
-        *by_name.entry(comm.clone()).or_default() += ticks.saturating_sub(before);
+        // By pid alone: a kernel worker's name changes with the work it does.
+        let before = a.procs.get(pid).map_or(0, |(_, t)| *t);
+        let delta = if *ticks >= before { ticks - before } else { *ticks };
+        *by_name.entry(group_name(comm)).or_default() += delta;
     }
     let seen: u64 = by_name.values().sum();
     let busy_ticks = b.busy.saturating_sub(a.busy);
@@ -205,6 +216,8 @@ mod tests {
         assert!(is_ours("seckill-service") && is_ours("beam.smp") && is_ours("postgres"));
         assert!(!is_ours("rustc") && !is_ours("cc1"));
         assert!(is_kernel("ksoftirqd/0") && is_kernel("kworker/u8:1"));
+        assert_eq!(group_name("kworker/1:2-events_freezable"), "kworker");
+        assert_eq!(group_name("seckill-service"), "seckill-service");
         let proc = |name: &str, ticks: u64| (name.to_owned(), ticks);
         let a = CpuSnapshot {
             at: Instant::now(),
@@ -218,6 +231,10 @@ mod tests {
             total: 200,
             procs: HashMap::from([(1, proc("gateway", 80)), (2, proc("rustc", 60))]),
         };
+        let mut a = a;
+        a.procs.insert(3, proc("kworker/0:1-events", 5_000));
+        let mut b = b;
+        b.procs.insert(3, proc("kworker/0:1-mm_percpu_wq", 5_000));
         let r = cpu_between(&a, &b);
         assert!((r.busy - 0.7).abs() < 1e-9);
         assert_eq!(r.by_process[0].name, "gateway");

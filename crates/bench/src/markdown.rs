@@ -31,6 +31,7 @@ pub mod names {
     pub const SOLD_OUT: &str = "sold-out";
     pub const DRAIN: &str = "drain";
     pub const ACCEPT_AT_RATE: &str = "accept-at-rate";
+    pub const ACCEPT_SUSTAINED: &str = "accept-sustained";
 }
 
 /// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
@@ -238,12 +239,29 @@ pub fn targets(c: &Collected) -> Vec<Target> {
         });
     }
 
+    if let Some((r, _)) = c.report(ACCEPT_SUSTAINED) {
+        let p99 = r.row("order", "all").map_or(f64::NAN, |x| x.latency.p99_ms);
+        let rate = r.params.get("rate").and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let conns = r.params.get("connections").and_then(|v| v.as_u64()).unwrap_or(0);
+        let achieved = r.drain.as_ref().map_or(0.0, |x| x.accepted_per_sec);
+        t.push(Target {
+            what: format!(
+                "order p99, open loop at {} buys/s (0.8 x the closed-loop accepted rate), {conns} connections",
+                n0(rate)
+            ),
+            measured: format!("{p99:.1} ms (achieved {} accepted/s)", n0(achieved)),
+            against: String::new(),
+            ratio: None,
+            goal: "< 50 ms".into(),
+            met: Some(p99 < 50.0),
+        });
+    }
     t.push(match drain {
         Some((d, _)) => {
             let ops = d.drain.as_ref().and_then(|x| x.orders_per_sec).unwrap_or(0.0);
             let pg = c.external(PG).and_then(|(e, _)| e.value);
             Target {
-                what: "drain: orders/s end to end (first 202 to last result final)".into(),
+                what: "drain: orders/s end to end (first 202 to last order row written)".into(),
                 measured: format!("{} orders/s", n0(ops)),
                 against: pg
                     .map_or(String::new(), |v| format!("pgbench one order per transaction {} tx/s", n0(v))),
@@ -498,7 +516,7 @@ pub fn render(c: &Collected) -> String {
     out.push('\n');
 
     out.push_str("## Scenarios\n\n");
-    let order = [SEED, SPIKE, HOT_USER, SOLD_OUT, DRAIN, ACCEPT_AT_RATE];
+    let order = [SEED, SPIKE, HOT_USER, SOLD_OUT, DRAIN, ACCEPT_AT_RATE, ACCEPT_SUSTAINED];
     let mut names: Vec<&String> =
         c.reports.iter().filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO)).map(|(n, _)| n).collect();
     names.sort_by_key(|n| order.iter().position(|o| o == n).unwrap_or(order.len()));
@@ -529,12 +547,16 @@ pub fn render(c: &Collected) -> String {
             let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
             let _ = writeln!(
                 out,
-                "- Load {:.2} s. Accepted {}/s. First request -> last result final {}; first 202 -> last final {}; {} orders/s. Every user had a final answer within {}. Accepted but not final when the load ended: {}.",
+                "- Load {:.2} s. Accepted {}/s. Order rows written from {} to {} (sampled `created_at`): **{} orders/s** from the first 202 to the last row; {}/s between the first and the last row; {}/s on the backlog after the load ended. Results seen final by the poller: first request -> last {}, first 202 -> last {}. Every user had a final answer within {}. Accepted but not written when the load ended: {}.",
                 r.duration_secs,
                 n0(d.accepted_per_sec),
+                s(d.first_order_s),
+                s(d.last_order_s),
+                d.orders_per_sec.map_or("-".into(), n0),
+                d.consumer_orders_per_sec.map_or("-".into(), n0),
+                d.tail_orders_per_sec.map_or("-".into(), n0),
                 s(d.first_request_to_last_final_s),
                 s(d.first_accept_to_last_final_s),
-                d.orders_per_sec.map_or("-".into(), n0),
                 s(d.all_answered_within_s),
                 n0(d.backlog_at_load_end as f64)
             );
@@ -620,10 +642,13 @@ pub fn write(dir: &Path, out: &Path) -> anyhow::Result<()> {
 }
 
 /// The median main figure of a measurement, for bench.sh (e.g. to set an open-loop rate).
-pub fn figure(dir: &Path, name: &str) -> anyhow::Result<f64> {
+pub fn figure(dir: &Path, name: &str, metric: &str) -> anyhow::Result<f64> {
     let c = Collected::read(dir)?;
     if let Some((r, _)) = c.report(name) {
-        return Ok(r.primary());
+        return match metric {
+            "accepted" => r.drain.as_ref().map(|d| d.accepted_per_sec).context("not a scenario"),
+            _ => Ok(r.primary()),
+        };
     }
     if let Some((e, _)) = c.external(name) {
         return e.value.with_context(|| format!("{name} was skipped"));

@@ -74,12 +74,26 @@ pub struct DrainSummary {
     pub first_request_to_last_final_s: Option<f64>,
     /// First 202 to the last result seen final.
     pub first_accept_to_last_final_s: Option<f64>,
-    /// Successful orders per second over first 202 to last final.
+    /// When the first and the last order rows were written (their `created_at`, sampled),
+    /// seconds since the first request.
+    #[serde(default)]
+    pub first_order_s: Option<f64>,
+    #[serde(default)]
+    pub last_order_s: Option<f64>,
+    /// Successful orders per second from the first 202 to the last order row written (the
+    /// drain figure; without order rows, to the last result seen final).
     pub orders_per_sec: Option<f64>,
+    /// Orders per second between the first and the last order row written.
+    #[serde(default)]
+    pub consumer_orders_per_sec: Option<f64>,
+    /// Orders per second written after the load ended: the consumer on its backlog alone.
+    #[serde(default)]
+    pub tail_orders_per_sec: Option<f64>,
     /// The latest moment any user got a final answer (a refusal, or a final result): every
     /// user was answered within this many seconds of the first request.
     pub all_answered_within_s: Option<f64>,
-    /// Accepted but not yet final when the load ended.
+    /// Accepted but not yet written (from the order rows; else not yet seen final) when the
+    /// load ended.
     pub backlog_at_load_end: u64,
 }
 
@@ -152,13 +166,18 @@ impl Report {
         }
         if let Some(d) = &self.drain {
             let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
+            let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
             let _ = writeln!(
                 out,
-                "drain: accepted {:.0}/s; first request -> last final {}; first 202 -> last final {}; {} orders/s; every user answered within {}; backlog when the load ended {}",
+                "drain: accepted {:.0}/s; order rows written from {} to {}: {} orders/s from the first 202 (consumer {}/s between first and last row, {}/s on the backlog after the load); results seen final: first request -> last {}, first 202 -> last {}; every user answered within {}; backlog when the load ended {}",
                 d.accepted_per_sec,
+                s(d.first_order_s),
+                s(d.last_order_s),
+                n(d.orders_per_sec),
+                n(d.consumer_orders_per_sec),
+                n(d.tail_orders_per_sec),
                 s(d.first_request_to_last_final_s),
                 s(d.first_accept_to_last_final_s),
-                d.orders_per_sec.map_or("-".into(), |v| format!("{v:.0}")),
                 s(d.all_answered_within_s),
                 d.backlog_at_load_end
             );

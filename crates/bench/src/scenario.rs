@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use futures_util::future::join_all;
 use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::{Goods, NewGoods, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, TokenResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -78,6 +78,12 @@ pub struct ScenarioConfig {
     pub first_user: i64,
     pub poll_interval: Duration,
     pub poll_connections: usize,
+    /// Poll results while the load runs (else only once it ended: the load is measured alone,
+    /// and the drain's end comes from the order rows' creation times).
+    pub poll_during_load: bool,
+    /// How many orders' creation times to read back (`GET /api/orders/{id}`) to time the
+    /// drain at the order rows themselves.
+    pub order_samples: usize,
     /// How long to keep polling after the load ended.
     pub final_timeout: Duration,
     pub request_timeout: Duration,
@@ -109,6 +115,8 @@ impl ScenarioConfig {
             first_user: 10_000,
             poll_interval: Duration::from_millis(50),
             poll_connections: 0,
+            poll_during_load: scenario != Scenario::Drain,
+            order_samples: 200,
             final_timeout: Duration::from_secs(if scenario == Scenario::Drain { 180 } else { 60 }),
             request_timeout: Duration::from_secs(10),
             progress: true,
@@ -222,6 +230,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
     let progress = Progress::new(cfg.progress, total_clicks, cfg.scenario.name());
     let cpu_before = machine::snapshot();
     let sampler = Sampler::start(cfg.procs.clone(), cfg.sample_every);
+    let t0_wall = Utc::now();
     let clock = Clock::start();
     let source = Arc::new(ClickSource {
         next: AtomicU64::new(0),
@@ -242,6 +251,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             interval: cfg.poll_interval,
             final_timeout: cfg.final_timeout,
             finals_seen: finals_seen.clone(),
+            defer: !cfg.poll_during_load,
         },
         accepted_rx,
     ));
@@ -269,6 +279,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         reconnects += out.reconnects;
     }
     let load_end_us = clock.now_us();
+    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
     progress.finish();
     let accepted_so_far = clicks.iter().filter(|c| c.last == Call::Order && c.status == 202).count() as u64;
     let backlog = accepted_so_far.saturating_sub(finals_seen.load(Ordering::Relaxed));
@@ -287,7 +298,6 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
     ticker.abort();
     polling.finish();
     let memory = sampler.stop();
-    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
 
     // Fold what each user saw.
     for c in &clicks {
@@ -353,6 +363,18 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         (Some(a), Some(f)) if f > a => Some(secs(f - a)),
         _ => None,
     };
+    let mut winners: Vec<(i64, usize)> = buyers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.result == Some(FinalState::Success))
+        .filter_map(|(i, b)| b.order_id.map(|o| (o, i)))
+        .collect();
+    winners.sort_unstable();
+    let written = order_times(&mut admin, &tokens, &winners, t0_wall, cfg.order_samples).await;
+    if written.is_empty() && !winners.is_empty() {
+        notes.push("could not read the orders' creation times back".into());
+    }
+    let rows = OrderRows::new(&written, winners.len(), secs(load_end_us));
     let drain = DrainSummary {
         accepted_per_sec: stats::call_stats(
             &events.iter().filter(|e| e.call == Call::Order).copied().collect::<Vec<_>>(),
@@ -362,19 +384,27 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         .map_or(0.0, |r| r.count as f64 / r.window_secs.max(1e-6)),
         first_request_to_last_final_s: last_final.map(secs),
         first_accept_to_last_final_s: drain_window,
-        orders_per_sec: drain_window.map(|w| stats::per_sec(success, w)),
+        first_order_s: rows.first_s,
+        last_order_s: rows.last_s,
+        // First 202 to the last order row written; without rows, to the last result seen final.
+        orders_per_sec: match (first_accept, rows.last_s) {
+            (Some(a), Some(last)) if last > secs(a) => Some(stats::per_sec(success, last - secs(a))),
+            _ => drain_window.map(|w| stats::per_sec(success, w)),
+        },
+        consumer_orders_per_sec: rows.consumer_per_sec,
+        tail_orders_per_sec: rows.tail_per_sec,
         all_answered_within_s: all_answered,
-        backlog_at_load_end: backlog,
+        backlog_at_load_end: rows.backlog.unwrap_or(backlog),
     };
 
     let mut all_events = events;
     all_events.extend_from_slice(&polled.events);
     let span = all_events.iter().map(|e| u64::from(e.end_us)).max().unwrap_or(0);
-    let timeline = stats::timeline(
-        &all_events,
-        &[("results final".to_owned(), final_times)],
-        stats::bucket_ms_for(span),
-    );
+    let mut marks = vec![("results seen final".to_owned(), final_times)];
+    if written.len() >= 2 {
+        marks.push(("orders written".to_owned(), spread_marks(&written)));
+    }
+    let timeline = stats::timeline(&all_events, &marks, stats::bucket_ms_for(span));
     if reconnects > 0 {
         notes.push(format!("{reconnects} load connections were re-opened after an error or a close"));
     }
@@ -402,6 +432,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             "first_user": cfg.first_user,
             "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
             "poll_connections": cfg.poll_connections,
+            "poll_during_load": cfg.poll_during_load,
         }),
         duration_secs: secs(load_end_us),
         calls: stats::call_stats(&all_events),
@@ -493,6 +524,8 @@ struct PollSetup {
     interval: Duration,
     final_timeout: Duration,
     finals_seen: Arc<AtomicU64>,
+    /// Only collect arrivals until the load ends, then poll.
+    defer: bool,
 }
 
 #[derive(Default)]
@@ -533,6 +566,15 @@ async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiver<(usize, 
                     break;
                 }
             }
+        }
+        if (pending.is_empty() || s.defer) && give_up.is_none() {
+            match rx.recv().await {
+                Some((user, _)) => arrive(&mut pending, user),
+                None => {
+                    give_up.get_or_insert_with(|| Instant::now() + s.final_timeout);
+                }
+            }
+            continue;
         }
         if pending.is_empty() {
             if give_up.is_some() {
@@ -612,6 +654,99 @@ async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiver<(usize, 
         out.finals.insert(p.user, Final { state: FinalState::Queued, order_id: None, at_us: None });
     }
     out
+}
+
+/// `(rank, seconds since the first request)` of sampled winners' order rows: `samples`
+/// orders evenly spread over the winners sorted by order id (ids grow in insertion order),
+/// read back with their owner's token. `created_at` is the database's `now()` of the insert.
+async fn order_times(
+    conn: &mut Conn,
+    tokens: &[HeaderValue],
+    winners: &[(i64, usize)],
+    t0_wall: chrono::DateTime<Utc>,
+    samples: usize,
+) -> Vec<(usize, f64)> {
+    let n = winners.len();
+    if n == 0 || samples == 0 {
+        return Vec::new();
+    }
+    let picks: Vec<usize> = if n <= samples {
+        (0..n).collect()
+    } else {
+        let mut p: Vec<usize> = (0..samples).map(|k| k * (n - 1) / (samples - 1).max(1)).collect();
+        p.dedup();
+        p
+    };
+    let mut out = Vec::with_capacity(picks.len());
+    for rank in picks {
+        let (order_id, user) = winners[rank];
+        let a = conn.send(Req::get(&format!("/api/orders/{order_id}")).bearer(&tokens[user])).await;
+        if a.status != 200 {
+            continue;
+        }
+        if let Ok(order) = serde_json::from_slice::<Order>(&a.body) {
+            let us = (order.created_at - t0_wall).num_microseconds().unwrap_or(0);
+            out.push((rank, us as f64 / 1e6));
+        }
+    }
+    out
+}
+
+/// The drain timed at the order rows, from [`order_times`].
+#[derive(Debug, Default, PartialEq)]
+struct OrderRows {
+    first_s: Option<f64>,
+    last_s: Option<f64>,
+    /// Orders per second between the first and the last row written.
+    consumer_per_sec: Option<f64>,
+    /// Orders per second written after the load ended (the backlog alone), when at least 5%
+    /// of the orders were written then.
+    tail_per_sec: Option<f64>,
+    /// Orders not yet written when the load ended.
+    backlog: Option<u64>,
+}
+
+impl OrderRows {
+    fn new(written: &[(usize, f64)], n: usize, load_end_s: f64) -> Self {
+        let (Some(first), Some(last)) = (written.first(), written.last()) else {
+            return Self::default();
+        };
+        // Times are those of whole insert batches: the earliest and latest stand for them.
+        let first_s = written.iter().map(|w| w.1).fold(f64::INFINITY, f64::min);
+        let last_s = written.iter().map(|w| w.1).fold(f64::NEG_INFINITY, f64::max);
+        let span = last_s - first_s;
+        let consumer_per_sec = (span > 0.0 && n > 1).then(|| (last.0 - first.0) as f64 / span);
+        // Rank written by the end of the load, interpolated between samples.
+        let done_by_end = written.iter().filter(|w| w.1 <= load_end_s).map(|w| w.0 + 1).max().unwrap_or(0);
+        let backlog = n.saturating_sub(done_by_end) as u64;
+        let tail = last_s - load_end_s;
+        let tail_per_sec = (backlog as f64 >= 0.05 * n as f64 && tail > 0.0).then(|| backlog as f64 / tail);
+        Self {
+            first_s: Some(first_s),
+            last_s: Some(last_s),
+            consumer_per_sec,
+            tail_per_sec,
+            backlog: Some(backlog),
+        }
+    }
+}
+
+/// Synthetic per-order times (µs) from sampled ranks: the orders between two samples spread
+/// evenly over the time between them, for the chart's "orders written" line.
+fn spread_marks(written: &[(usize, f64)]) -> Vec<u32> {
+    let mut marks = Vec::new();
+    let us = |s: f64| (s.max(0.0) * 1e6) as u32;
+    if let Some(first) = written.first() {
+        marks.push(us(first.1));
+    }
+    for pair in written.windows(2) {
+        let ((r0, t0), (r1, t1)) = (pair[0], pair[1]);
+        let k = r1.saturating_sub(r0);
+        for j in 1..=k {
+            marks.push(us(t0 + (t1 - t0) * j as f64 / k as f64));
+        }
+    }
+    marks
 }
 
 /// The final state in a result answer, or `None` while queued (or the poll failed).
@@ -757,4 +892,47 @@ async fn mint_tokens(
     }
     progress.finish();
     Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_is_timed_at_the_order_rows() {
+        // 1,000 orders: 200 written during a 1 s load, 800 in the 0.4 s after it.
+        let written = [(0, 0.1), (199, 1.0), (599, 1.2), (999, 1.4)];
+        let r = OrderRows::new(&written, 1_000, 1.0);
+        assert_eq!((r.first_s, r.last_s), (Some(0.1), Some(1.4)));
+        assert_eq!(r.backlog, Some(800));
+        assert!((r.consumer_per_sec.unwrap() - 999.0 / 1.3).abs() < 1e-6);
+        assert!((r.tail_per_sec.unwrap() - 2_000.0).abs() < 1e-6);
+        // No backlog to speak of: no tail figure.
+        let r = OrderRows::new(&[(0, 0.1), (999, 0.99)], 1_000, 1.0);
+        assert_eq!((r.backlog, r.tail_per_sec), (Some(0), None));
+        assert_eq!(OrderRows::new(&[], 0, 1.0), OrderRows::default());
+    }
+
+    #[test]
+    fn sampled_orders_spread_into_marks() {
+        let marks = spread_marks(&[(0, 0.0), (4, 0.4)]);
+        assert_eq!(marks, [0, 100_000, 200_000, 300_000, 400_000]);
+    }
+
+    #[test]
+    fn clicks_follow_the_schedule() {
+        let t0 = Instant::now();
+        let src = ClickSource {
+            next: AtomicU64::new(0),
+            limit: Some(3),
+            deadline: None,
+            users: 2,
+            rate: Some(10.0),
+            t0,
+        };
+        let got: Vec<_> = std::iter::from_fn(|| src.next()).collect();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 0]);
+        assert_eq!(got[2].1, Some(t0 + Duration::from_millis(200)));
+    }
 }

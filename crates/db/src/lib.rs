@@ -44,6 +44,44 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
         .build()?)
 }
 
+/// Makes the database ready: created if missing, migrations applied. Replicas starting
+/// together (a rollout, a scale-up) take turns under a PostgreSQL advisory lock held on the
+/// maintenance database, so one creates and migrates while the others wait and then find
+/// nothing to do. Where the maintenance database cannot be reached (a managed database that
+/// only grants its own), it goes ahead without the lock.
+pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
+    let (server, name) = split_url(url)?;
+    let lock = match AsyncPgConnection::establish(&format!("{server}/postgres")).await {
+        Ok(mut conn) => {
+            diesel::sql_query("SELECT pg_advisory_lock(hashtext('seckill-migrate:' || $1))")
+                .bind::<diesel::sql_types::Text, _>(name)
+                .execute(&mut conn)
+                .await?;
+            Some(conn)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no maintenance database: migrating without the lock");
+            None
+        }
+    };
+    ensure_database(url).await?;
+    run_migrations(url, migrations).await?;
+    // Dropping the connection releases the lock.
+    drop(lock);
+    Ok(())
+}
+
+/// `postgres://u:p@h:5432/name?x` -> (`postgres://u:p@h:5432`, `name`).
+fn split_url(url: &str) -> anyhow::Result<(&str, &str)> {
+    let (server, rest) =
+        url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
+    let name = rest.split('?').next().unwrap_or(rest);
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        anyhow::bail!("database name `{name}` must be letters, digits and underscores");
+    }
+    Ok((server, name))
+}
+
 /// Connects once to check the server answers; creates the database if it does not exist yet
 /// (so a fresh server needs no manual step). Creating needs the right to, which a managed
 /// production database usually gives only to its owner: there the database already exists.
@@ -55,19 +93,14 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
         }
         Err(_) => {}
     }
-    let (server, name) =
-        url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
-    let name = name.split('?').next().unwrap_or(name);
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        anyhow::bail!("database name `{name}` must be letters, digits and underscores");
-    }
+    let (server, name) = split_url(url)?;
     let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the maintenance database: {e}"))?;
     match diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await {
         Ok(_) => tracing::info!(database = name, "created database"),
-        // Two replicas starting together: the other one created it.
-        Err(e) if e.to_string().contains("already exists") => {}
+        // Another replica created it meanwhile (one without the lock of `prepare`).
+        Err(e) if e.to_string().contains("already exists") || e.to_string().contains("duplicate key") => {}
         Err(e) => return Err(anyhow::anyhow!("cannot create database {name}: {e}")),
     }
     Ok(())

@@ -51,7 +51,7 @@ pub async fn declare(
                     "x-message-ttl".into(),
                     AMQPValue::LongLongInt(i64::try_from(ttl_secs * 1000).unwrap_or(i64::MAX)),
                 );
-                dead_letter_to(&mut args, &expire);
+                dead_letter_to(&mut args, &expire, settings);
                 queue(channel, &names.order_delay_queue(*ttl_secs), args).await?;
             }
             Declare::Broadcast => {
@@ -80,11 +80,11 @@ async fn declare_work_queue(channel: &Channel, name: &str, settings: &AmqpSettin
         "x-message-ttl".into(),
         AMQPValue::LongLongInt(i64::try_from(settings.retry_delay_ms).unwrap_or(i64::MAX)),
     );
-    dead_letter_to(&mut retry, name);
+    dead_letter_to(&mut retry, name, settings);
     queue(channel, &retry_queue(name, settings.retry_delay_ms), retry).await?;
 
     let mut main = base_args(settings);
-    dead_letter_to(&mut main, &dead);
+    dead_letter_to(&mut main, &dead, settings);
     queue(channel, name, main).await
 }
 
@@ -102,10 +102,19 @@ fn base_args(settings: &AmqpSettings) -> FieldTable {
 }
 
 /// Dead letters go through the default exchange straight to `queue`, with the broker's
-/// `x-death` record of where they came from.
-fn dead_letter_to(args: &mut FieldTable, queue: &str) {
+/// `x-death` record of where they came from. On quorum queues dead-lettering is at-most-once
+/// unless asked otherwise; the retry and expiry paths run through it, so ask for at-least-once
+/// (which needs `reject-publish` overflow).
+fn dead_letter_to(args: &mut FieldTable, queue: &str, settings: &AmqpSettings) {
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(LongString::from("")));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(LongString::from(queue)));
+    if settings.quorum_queues {
+        args.insert(
+            "x-dead-letter-strategy".into(),
+            AMQPValue::LongString(LongString::from("at-least-once")),
+        );
+        args.insert("x-overflow".into(), AMQPValue::LongString(LongString::from("reject-publish")));
+    }
 }
 
 /// Why a message may not have reached the broker's disk.

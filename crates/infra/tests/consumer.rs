@@ -21,12 +21,17 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(false).await
+}
+
+async fn fixture_with(quorum_queues: bool) -> Fixture {
     let mut names = TestNames::new();
     let settings = AmqpSettings {
         url: amqp_url(),
         prefix: names.amqp_prefix.clone(),
         retry_delay_ms: 100,
         max_attempts: 3,
+        quorum_queues,
         ..Default::default()
     };
     let queue = AmqpNames::new(settings.prefix.clone()).restock_queue();
@@ -96,7 +101,16 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn a_message_failing_every_try_ends_dead_after_max_attempts() {
-    let f = fixture().await;
+    ends_dead_after_max_attempts(fixture().await).await;
+}
+
+/// The same on quorum queues (a cluster's), with at-least-once dead-lettering.
+#[tokio::test]
+async fn quorum_queues_retry_and_dead_letter_the_same_way() {
+    ends_dead_after_max_attempts(fixture_with(true).await).await;
+}
+
+async fn ends_dead_after_max_attempts(f: Fixture) {
     let tries = Arc::new(AtomicU32::new(0));
     let cancel = CancellationToken::new();
     let seen = tries.clone();
