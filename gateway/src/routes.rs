@@ -75,9 +75,12 @@ async fn dev_token(
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
 }
 
-/// `GET /readyz`: ready when every service has a replica that answers.
+/// `GET /readyz`: ready while any service has a replica that answers, each service's state in
+/// the body. One service down is answered route by route (503 `UPSTREAM_UNAVAILABLE`): taking
+/// every gateway pod out of the load balancer for it would turn a partial outage into a total
+/// one (no goods list, no buying, because order-service is down).
 async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
-    health::readiness(&gateway.proxy.readiness().await)
+    health::readiness_any(&gateway.proxy.readiness().await)
 }
 
 /// `GET /api/goods[/{id}]`: public. Identity headers a client sent are still stripped.

@@ -96,17 +96,29 @@ async fn readyz_is_ready_when_every_upstream_has_a_live_replica() {
 }
 
 #[tokio::test]
-async fn readyz_names_an_upstream_without_a_live_replica() {
+async fn readyz_stays_ready_but_names_an_upstream_without_a_live_replica() {
     let live = Echo::new("live").start();
     let app = TestApp::start(settings(&live.url(), &live.url(), &refused_url()), vec![live]);
 
     let res = app.get("/readyz").send().await.unwrap();
 
-    assert_eq!(res.status(), 503);
+    assert_eq!(res.status(), 200, "one service down is answered per route, not by leaving the pool");
     let body: Value = res.json().await.unwrap();
+    assert_eq!(body["status"], "degraded");
     assert_eq!(body["checks"]["seckill"], "ok");
     assert_eq!(body["checks"]["order"], "ok");
     assert_ne!(body["checks"]["stock"], "ok");
+}
+
+#[tokio::test]
+async fn readyz_is_unavailable_when_no_upstream_answers() {
+    let app = TestApp::start(settings(&refused_url(), &refused_url(), &refused_url()), vec![]);
+
+    let res = app.get("/readyz").send().await.unwrap();
+
+    assert_eq!(res.status(), 503);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["status"], "unavailable");
 }
 
 #[tokio::test]
