@@ -178,11 +178,19 @@ impl Gate {
         Ok(restored == 1)
     }
 
-    /// The broker confirmed the request's message: the reconciler need not look at it.
-    pub async fn confirmed(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<(), GateError> {
+    /// The broker confirmed these requests' messages: the reconciler need not look at them.
+    /// One pipeline for many (see `confirmations`).
+    pub async fn confirmed(&self, requests: &[(GoodsId, UserId, Uuid)]) -> Result<(), GateError> {
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (g, u, request_id) in requests {
+            pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}")).ignore();
+        }
         self.bounded(async {
             let mut conn = self.conn().await?;
-            let _: i64 = conn.zrem(self.keys.pending(g), format!("{u}:{request_id}")).await?;
+            pipe.query_async::<()>(&mut conn).await?;
             Ok(())
         })
         .await

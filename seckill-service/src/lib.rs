@@ -4,6 +4,7 @@
 
 pub mod broadcast;
 pub mod configuration;
+pub mod confirmations;
 pub mod gate;
 pub mod reconcile;
 pub mod routes;

@@ -12,6 +12,7 @@ use seckill_infra::stock_client::StockClient;
 use seckill_web::{Application, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
+use crate::confirmations::Confirmations;
 use crate::gate::Gate;
 use crate::sales::SaleBook;
 use crate::state::AppState;
@@ -37,6 +38,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     )
     .await
     .context("cannot connect to RabbitMQ")?;
+    let lifecycle = Lifecycle::new();
+    let (confirmations, clearing) = Confirmations::start(gate.clone(), lifecycle.cancel.clone());
+    lifecycle.spawn(clearing);
     let state = web::Data::new(AppState {
         settings: settings.seckill.clone(),
         sales: SaleBook::new(stock.clone(), gate.clone()),
@@ -44,9 +48,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         publisher,
         stock,
         names: names.clone(),
+        confirmations,
     });
 
-    let lifecycle = Lifecycle::new();
     // Warm-up in the background: a stock-service still starting must not stop this one; a
     // sale not warmed yet loads on its first request.
     let warming = state.clone();

@@ -7,6 +7,7 @@ use seckill_infra::amqp::Publisher;
 use seckill_infra::stock_client::StockClient;
 
 use crate::configuration::SeckillSettings;
+use crate::confirmations::Confirmations;
 use crate::gate::Gate;
 use crate::sales::SaleBook;
 
@@ -17,4 +18,5 @@ pub struct AppState {
     pub publisher: Publisher,
     pub stock: Arc<StockClient>,
     pub names: AmqpNames,
+    pub confirmations: Confirmations,
 }

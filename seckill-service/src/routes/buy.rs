@@ -135,10 +135,7 @@ async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<
     let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
     match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
         Ok(()) => {
-            if let Err(e) = state.gate.confirmed(g, u, rid).await {
-                // Harmless: the consumer's claim clears the same entry.
-                tracing::warn!(error = %e, "could not clear the pending entry");
-            }
+            state.confirmations.push(g, u, rid);
             Ok(())
         }
         Err(publish_error) => {
