@@ -52,6 +52,7 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     let progress = Progress::new(cfg.progress && cfg.duration >= Duration::from_secs(3), None, &cfg.name);
     let cpu_before = machine::snapshot();
     let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let deadline = clock.t0() + cfg.duration;
     let seq = Arc::new(AtomicU64::new(0));
@@ -88,21 +89,22 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     let end_us = clock.now_us();
     progress.finish();
     let memory = sampler.stop();
-    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+    let cpu = machine::cpu_between(
+        &cpu_before,
+        &machine::snapshot(),
+        &machine::Involved::only(&["gateway", "seckill-bench", "seckill_bench-"], cfg.procs.clone()),
+    );
     let mut notes = Vec::new();
     if reconnects > 0 {
         notes.push(format!("{reconnects} connections were re-opened after an error or a close"));
     }
     if cpu.disturbed {
-        notes.push(format!(
-            "other processes used {:.2} cores during the run: the figures are disturbed",
-            cpu.others_cores
-        ));
+        notes.push(cpu.disturbance());
     }
     Ok(Report {
         kind: KIND_HTTP.into(),
         name: cfg.name.clone(),
-        started_at: report::now_rfc3339(),
+        started_at,
         command: report::this_command(),
         params: json!({
             "url": cfg.url,
@@ -204,6 +206,7 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
     let progress = Progress::new(cfg.progress, Some(cfg.messages), "publishing");
     let cpu_before = machine::snapshot();
     let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let mut events = Vec::with_capacity(usize::try_from(cfg.messages).unwrap_or(0));
     let mut waiting = FuturesUnordered::new();
@@ -240,18 +243,22 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
     let end_us = clock.now_us();
     progress.finish();
     let memory = sampler.stop();
-    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+    let cpu = machine::cpu_between(
+        &cpu_before,
+        &machine::snapshot(),
+        &machine::Involved::only(
+            &["beam.smp", "erl_child_setup", "inet_gethost", "epmd", "seckill-bench", "seckill_bench-"],
+            cfg.procs.clone(),
+        ),
+    );
     let mut notes = Vec::new();
     if cpu.disturbed {
-        notes.push(format!(
-            "other processes used {:.2} cores during the run: the figures are disturbed",
-            cpu.others_cores
-        ));
+        notes.push(cpu.disturbance());
     }
     Ok(Report {
         kind: KIND_AMQP.into(),
         name: cfg.name.clone(),
-        started_at: report::now_rfc3339(),
+        started_at,
         command: report::this_command(),
         params: json!({
             "url": redact(&cfg.url),

@@ -47,7 +47,7 @@ pub enum Command {
     /// One user clicking --clicks (1,000) times on 50 connections: mostly 409 and 429.
     HotUser(ScenarioArgs),
     /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
-    /// consumer's throughput (first 202 to last result final).
+    /// drain (first 202 to the last order row written; with --pause-pid, the consumer alone).
     Drain(ScenarioArgs),
     /// Plain GET load at a URL with N connections for D seconds.
     Http(HttpArgs),
@@ -140,6 +140,11 @@ pub struct ScenarioArgs {
     /// Orders whose creation time is read back to time the drain at the order rows.
     #[arg(long)]
     pub order_samples: Option<usize>,
+    /// Stop this process (SIGSTOP) while the load runs and resume it (SIGCONT) when the load
+    /// ends, e.g. the order-service's pid: the consumer then drains a backlog alone
+    /// (repeatable).
+    #[arg(long = "pause-pid")]
+    pub pause_pids: Vec<u32>,
     /// Seconds to keep polling after the load ends before calling a result stuck.
     #[arg(long)]
     pub final_timeout: Option<f64>,
@@ -189,6 +194,7 @@ impl ScenarioArgs {
         if let Some(v) = self.poll_during_load {
             c.poll_during_load = v;
         }
+        c.pause_pids = self.pause_pids.clone();
         if let Some(v) = self.order_samples {
             c.order_samples = v;
         }
@@ -397,6 +403,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 p99_ms: a.p99_ms,
                 detail: a.detail,
                 command: a.command,
+                started_at: crate::report::now_rfc3339(),
                 skipped: a.skipped,
             };
             write_json(&a.out, &e)?;

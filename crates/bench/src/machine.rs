@@ -119,33 +119,101 @@ pub struct CpuReport {
     pub busy: f64,
     /// The busiest process names, ours and others.
     pub by_process: Vec<ProcCpu>,
-    /// Cores used by processes not of the system, the tool or the kernel, including processes
-    /// that started and ended within the run (compilers, linkers).
+    /// Cores used by processes the measurement does not involve (not of the system under
+    /// test, the tool, the servers it uses or the kernel), including processes that started and
+    /// ended within the run (compilers, linkers).
     pub others_cores: f64,
-    /// True when others used more than 0.15 of a core: the figures are disturbed.
+    /// True when others used more than 0.15 of a core over a run of a second or more: the
+    /// figures are disturbed.
     pub disturbed: bool,
+}
+
+impl CpuReport {
+    /// "other processes used 0.52 cores during the run (postgres 0.48, ...): ..." for a note.
+    pub fn disturbance(&self) -> String {
+        let names: Vec<String> = self
+            .by_process
+            .iter()
+            .filter(|p| !p.ours && p.cores >= 0.01)
+            .take(5)
+            .map(|p| format!("{} {:.2}", p.name, p.cores))
+            .collect();
+        format!(
+            "processes this measurement does not use took {:.2} cores during it ({}): the figures are disturbed",
+            self.others_cores,
+            if names.is_empty() { "short-lived processes".into() } else { names.join(", ") }
+        )
+    }
 }
 
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Which processes a measurement is expected to use: anything else busy during it is a
+/// disturbance (another session's build, tests or copy of the system on the same servers).
+#[derive(Debug, Clone, Default)]
+pub struct Involved {
+    /// Process name prefixes the measurement uses (`None`: every name of the system).
+    pub names: Option<Vec<&'static str>>,
+    /// The processes of the system under test (from `run/*.pid`, `--pid`): another process
+    /// with one of their names is someone else's copy, shown as `<name> (not ours)`.
+    pub tracked: Vec<crate::memory::ProcTarget>,
+}
+
+impl Involved {
+    /// A measurement of the whole system (the scenarios).
+    pub fn system(tracked: Vec<crate::memory::ProcTarget>) -> Self {
+        Self { names: None, tracked }
+    }
+
+    /// A measurement that only uses processes named with these prefixes (the baselines).
+    pub fn only(names: &[&'static str], tracked: Vec<crate::memory::ProcTarget>) -> Self {
+        Self { names: Some(names.to_vec()), tracked }
+    }
+
+    fn name_of(&self, pid: u32, comm: &str) -> String {
+        let tracked_name = |t: &crate::memory::ProcTarget| {
+            t.name.get(..15).unwrap_or(&t.name) == comm || t.name.starts_with(comm)
+        };
+        if self.tracked.iter().any(|t| t.pid == pid) {
+            return group_name(comm);
+        }
+        if !is_kernel(comm) && self.tracked.iter().any(tracked_name) {
+            return format!("{comm} (not ours)");
+        }
+        group_name(comm)
+    }
+
+    fn uses(&self, name: &str) -> bool {
+        if is_kernel(name) {
+            return true;
+        }
+        if name.ends_with("(not ours)") {
+            return false;
+        }
+        match &self.names {
+            None => is_ours(name),
+            Some(names) => names.iter().any(|n| name.starts_with(n)),
+        }
+    }
+}
+
 /// What happened between two snapshots.
-pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot) -> CpuReport {
+pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot, involved: &Involved) -> CpuReport {
     let wall_secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
     let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
     for (pid, (comm, ticks)) in &b.procs {
         // By pid alone: a kernel worker's name changes with the work it does.
         let before = a.procs.get(pid).map_or(0, |(_, t)| *t);
         let delta = if *ticks >= before { ticks - before } else { *ticks };
-        *by_name.entry(group_name(comm)).or_default() += delta;
+        *by_name.entry(involved.name_of(*pid, comm)).or_default() += delta;
     }
     let seen: u64 = by_name.values().sum();
     let busy_ticks = b.busy.saturating_sub(a.busy);
     let total_ticks = b.total.saturating_sub(a.total).max(1);
     let to_cores = |ticks: u64| ticks as f64 / TICKS_PER_SEC / wall_secs;
-    let visible_others: u64 =
-        by_name.iter().filter(|(n, _)| !is_ours(n) && !is_kernel(n)).map(|(_, t)| *t).sum();
+    let visible_others: u64 = by_name.iter().filter(|(n, _)| !involved.uses(n)).map(|(_, t)| *t).sum();
     // Busy time no live process accounts for: processes that ended during the run (ours do
     // not end) and interrupt work. Counted as others' when large.
     let unaccounted = busy_ticks.saturating_sub(seen);
@@ -153,7 +221,7 @@ pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot) -> CpuReport {
     let mut by_process: Vec<ProcCpu> = by_name
         .into_iter()
         .filter(|(_, t)| *t > 0)
-        .map(|(name, t)| ProcCpu { ours: is_ours(&name) || is_kernel(&name), cores: to_cores(t), name })
+        .map(|(name, t)| ProcCpu { ours: involved.uses(&name), cores: to_cores(t), name })
         .collect();
     by_process.sort_by(|x, y| y.cores.total_cmp(&x.cores));
     by_process.truncate(12);
@@ -163,7 +231,8 @@ pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot) -> CpuReport {
         busy: busy_ticks as f64 / total_ticks as f64,
         by_process,
         others_cores,
-        disturbed: others_cores > 0.15,
+        // Under a second, a compiler starting or ending swings the figure: not judged.
+        disturbed: others_cores > 0.15 && wall_secs >= 1.0,
     }
 }
 
@@ -202,6 +271,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_baseline_counts_the_servers_it_does_not_use_as_disturbance() {
+        let proc = |name: &str, ticks: u64| (name.to_owned(), ticks);
+        let at = Instant::now();
+        let a = CpuSnapshot {
+            at,
+            busy: 0,
+            total: 0,
+            procs: HashMap::from([
+                (1, proc("gateway", 0)),
+                (2, proc("postgres", 0)),
+                (3, proc("gateway", 0)),
+            ]),
+        };
+        let b = CpuSnapshot {
+            at: at + std::time::Duration::from_secs(1),
+            busy: 150,
+            total: 200,
+            procs: HashMap::from([
+                (1, proc("gateway", 100)),
+                (2, proc("postgres", 30)),
+                (3, proc("gateway", 20)),
+            ]),
+        };
+        let tracked = vec![crate::memory::ProcTarget { name: "gateway".into(), pid: 1 }];
+        let r = cpu_between(&a, &b, &Involved::only(&["gateway", "seckill-bench"], tracked.clone()));
+        assert!((r.others_cores - 0.5).abs() < 1e-9, "{r:?}");
+        assert!(r.by_process.iter().any(|p| p.name == "gateway (not ours)" && !p.ours), "{r:?}");
+        assert!(r.disturbed);
+        // The same run judged as a measurement of the whole system: postgres is ours.
+        let r = cpu_between(&a, &b, &Involved::system(tracked));
+        assert!((r.others_cores - 0.2).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
     fn proc_stat_lines_are_parsed() {
         let t = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n";
         assert_eq!(parse_proc_stat(t), Some((150, 1_000)));
@@ -235,7 +338,7 @@ mod tests {
         a.procs.insert(3, proc("kworker/0:1-events", 5_000));
         let mut b = b;
         b.procs.insert(3, proc("kworker/0:1-mm_percpu_wq", 5_000));
-        let r = cpu_between(&a, &b);
+        let r = cpu_between(&a, &b, &Involved::default());
         assert!((r.busy - 0.7).abs() < 1e-9);
         assert_eq!(r.by_process[0].name, "gateway");
         assert!((r.others_cores - 0.6).abs() < 1e-9, "{r:?}");

@@ -164,7 +164,7 @@ impl Report {
                 b.stock_available.map_or("unknown".into(), |s| s.to_string())
             );
         }
-        if let Some(d) = &self.drain {
+        if let Some(d) = self.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0) {
             let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
             let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
             let _ = writeln!(
@@ -233,10 +233,16 @@ pub fn calls_table(rows: &[CallStats]) -> String {
 }
 
 /// The command line of this process, for the report.
+/// The command line of this process, the program named `seckill-bench` whatever its path.
 pub fn this_command() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
+    std::iter::once("seckill-bench".to_owned()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ")
 }
 
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    rfc3339(chrono::Utc::now())
+}
+
+/// UTC with milliseconds (sorts as text in time order).
+pub fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

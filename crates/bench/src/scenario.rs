@@ -84,6 +84,9 @@ pub struct ScenarioConfig {
     /// How many orders' creation times to read back (`GET /api/orders/{id}`) to time the
     /// drain at the order rows themselves.
     pub order_samples: usize,
+    /// Processes stopped (SIGSTOP) while the load runs and resumed (SIGCONT) when it ends:
+    /// the order-service, to pile up a backlog and time the consumer on it alone.
+    pub pause_pids: Vec<u32>,
     /// How long to keep polling after the load ended.
     pub final_timeout: Duration,
     pub request_timeout: Duration,
@@ -117,6 +120,7 @@ impl ScenarioConfig {
             poll_connections: 0,
             poll_during_load: scenario != Scenario::Drain,
             order_samples: 200,
+            pause_pids: Vec::new(),
             final_timeout: Duration::from_secs(if scenario == Scenario::Drain { 180 } else { 60 }),
             request_timeout: Duration::from_secs(10),
             progress: true,
@@ -230,6 +234,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
     let progress = Progress::new(cfg.progress, total_clicks, cfg.scenario.name());
     let cpu_before = machine::snapshot();
     let sampler = Sampler::start(cfg.procs.clone(), cfg.sample_every);
+    let mut paused = Paused::stop(&cfg.pause_pids)?;
     let t0_wall = Utc::now();
     let clock = Clock::start();
     let source = Arc::new(ClickSource {
@@ -279,7 +284,12 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         reconnects += out.reconnects;
     }
     let load_end_us = clock.now_us();
-    let cpu = machine::cpu_between(&cpu_before, &machine::snapshot());
+    paused.resume();
+    let cpu = machine::cpu_between(
+        &cpu_before,
+        &machine::snapshot(),
+        &machine::Involved::system(cfg.procs.clone()),
+    );
     progress.finish();
     let accepted_so_far = clicks.iter().filter(|c| c.last == Call::Order && c.status == 202).count() as u64;
     let backlog = accepted_so_far.saturating_sub(finals_seen.load(Ordering::Relaxed));
@@ -409,15 +419,12 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         notes.push(format!("{reconnects} load connections were re-opened after an error or a close"));
     }
     if cpu.disturbed {
-        notes.push(format!(
-            "other processes used {:.2} cores during the run: the figures are disturbed",
-            cpu.others_cores
-        ));
+        notes.push(cpu.disturbance());
     }
     Ok(Report {
         kind: KIND_SCENARIO.into(),
         name: cfg.name.clone(),
-        started_at: report::now_rfc3339(),
+        started_at: report::rfc3339(t0_wall),
         command: report::this_command(),
         params: json!({
             "scenario": cfg.scenario.name(),
@@ -433,6 +440,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
             "poll_connections": cfg.poll_connections,
             "poll_during_load": cfg.poll_during_load,
+            "paused_during_load": cfg.pause_pids,
         }),
         duration_secs: secs(load_end_us),
         calls: stats::call_stats(&all_events),
@@ -444,6 +452,48 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         timeline,
         notes,
     })
+}
+
+/// Processes held stopped while the load runs; resumed by [`Paused::resume`] or on drop,
+/// whatever happens to the run.
+struct Paused(Vec<u32>);
+
+impl Paused {
+    fn stop(pids: &[u32]) -> anyhow::Result<Self> {
+        let mut paused = Self(Vec::new());
+        for pid in pids {
+            signal(*pid, "STOP")?;
+            paused.0.push(*pid);
+        }
+        Ok(paused)
+    }
+
+    fn resume(&mut self) {
+        for pid in self.0.drain(..) {
+            if let Err(e) = signal(pid, "CONT") {
+                eprintln!("seckill-bench: could not resume pid {pid}: {e:#}");
+            }
+        }
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.resume();
+    }
+}
+
+/// `kill -<sig> <pid>` (no libc binding: the tool forbids unsafe code).
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill -{sig} {pid} failed ({status})");
+    }
+    Ok(())
 }
 
 /// A refusal that is not an answer about the sale: the click may be retried.
@@ -540,8 +590,8 @@ struct Pending {
 }
 
 /// Polls accepted users' results until each is final, oldest first. Results become final in
-/// about the order the requests were accepted (one queue), so each round polls a window of the
-/// oldest pending users no more often than `interval` each (also under the gateway's per-user
+/// about the order the requests were accepted (one queue), so each round polls only a window
+/// of the oldest pending users, each no more often than `interval` (also under the gateway's per-user
 /// rate limit); the window doubles while most of it turns out final and halves when little
 /// does, so the polls follow the consumer without flooding the system they share the cores with.
 async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiver<(usize, u32)>) -> PollOut {
@@ -592,10 +642,13 @@ async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiver<(usize, 
         if give_up.is_some_and(|t| now >= t) {
             break;
         }
+        // Only the oldest `window` pending users: beyond them, results are very likely still
+        // queued, and polling them would only take CPU from the consumer.
+        let head = &pending[..window.min(pending.len())];
         let batch: Vec<usize> =
-            pending.iter().enumerate().filter(|(_, p)| p.next <= now).map(|(i, _)| i).take(window).collect();
+            head.iter().enumerate().filter(|(_, p)| p.next <= now).map(|(i, _)| i).collect();
         if batch.is_empty() {
-            let wake = pending.iter().map(|p| p.next).min().unwrap_or(now + s.interval);
+            let wake = head.iter().map(|p| p.next).min().unwrap_or(now + s.interval);
             let wake = give_up.map_or(wake, |g| wake.min(g));
             if give_up.is_none() {
                 tokio::select! {

@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# scripts/bench.sh: measure the flash sale side by side with this machine's limits, in ONE run,
+# and write docs/BENCHMARKS.md (tables, ratios, targets, the machine, how to reproduce) and
+# docs/bench/ (one JSON file per measurement, SVG charts of the scenarios).
+#
+#   1. scripts/up.sh: servers, release build, the four services (as configured:
+#      seckill.require_token = true; order.ttl_secs one week, so the unpaid orders a run leaves
+#      do not expire during the next run: SECKILL__ORDER__TTL_SECS overrides it). Then, for the one-hop baseline, a trivial upstream
+#      (seckill-bench upstream, :18083) and a second gateway (:18080, same binary and config
+#      file) whose stock upstream is that trivial server.
+#   2. Phase A, the system exactly as up.sh started it (path tokens required):
+#      seed, spike, hot-user.
+#   3. Phase B: seckill-service alone is restarted with SECKILL__SECKILL__REQUIRE_TOKEN=false
+#      (same binary, config file and servers; its pid goes to run/seckill-service.pid, so
+#      down.sh stops it). Then BENCH_REPEAT times, interleaved so drift hits all alike: the
+#      gateway's /healthz, the trivial upstream alone, the hop, the sold-out scenario (orders
+#      without a path token); then RabbitMQ persistent publishing with confirms, redis-benchmark
+#      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
+#      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
+#      500 connections) and accept-sustained (open loop at 0.8 x drain's accepted rate);
+#      drain-backlog is drain with the order-service stopped (SIGSTOP) during the load and
+#      resumed at its end, so the consumer's own throughput shows on the backlog.
+#   4. seckill-bench markdown writes docs/BENCHMARKS.md; scripts/down.sh stops the system; the
+#      upstream and the second gateway are stopped by their pids (run/bench/*.pid).
+#
+# Environment: BENCH_QUICK=1 smaller sizes and one run of each baseline; BENCH_REPEAT (default
+# 3, quick 1); BENCH_SECS (seconds of each http and sold-out run: default 8, quick 3);
+# BENCH_UPSTREAM_PORT (18083), BENCH_HOP_PORT (18080); SECKILL_PG_URL, SECKILL_REDIS_URL,
+# SECKILL_AMQP_URL as for up.sh. It refuses to start while the system is already up (it needs
+# the configuration it sets). A full run takes about 6 minutes after the build.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+cd "$SECKILL_ROOT"
+
+QUICK=${BENCH_QUICK:-0}
+[[ $QUICK == 0 || $QUICK == false ]] && QUICK=0 || QUICK=1
+if ((QUICK)); then
+    REPEAT=${BENCH_REPEAT:-1} SECS=${BENCH_SECS:-3}
+    SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000
+    AMQP_MESSAGES=20000 REDIS_N=50000 PG_SECS=4
+else
+    REPEAT=${BENCH_REPEAT:-3} SECS=${BENCH_SECS:-8}
+    SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000
+    AMQP_MESSAGES=100000 REDIS_N=200000 PG_SECS=10
+fi
+UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
+HOP_PORT=${BENCH_HOP_PORT:-18080}
+GW=http://127.0.0.1:8080
+OUT=docs/bench
+BDIR=run/bench
+SERVICES=(gateway seckill-service order-service stock-service)
+NOTES=()
+STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+SYSTEM_UP=0
+
+say() { printf '\nbench: %s\n' "$*" >&2; }
+die() {
+    say "$*"
+    exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Clean-up: whatever this script started, whatever happens.
+
+stop_pidfile() { # stop_pidfile FILE NAME
+    local pid
+    [[ -f $1 ]] || return 0
+    pid=$(cat "$1" 2>/dev/null || true)
+    if seckill_pid_alive "$pid" "$2"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 40); do
+            seckill_pid_alive "$pid" "$2" || break
+            sleep 0.25
+        done
+        if seckill_pid_alive "$pid" "$2"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    fi
+    rm -f "$1"
+}
+
+cleanup() {
+    local rc=$?
+    stop_pidfile "$BDIR/gateway-hop.pid" gateway
+    stop_pidfile "$BDIR/upstream.pid" seckill-bench
+    if ((SYSTEM_UP)); then
+        # drain-backlog stops the order-service while it loads: never leave it stopped.
+        if [[ -f run/order-service.pid ]]; then kill -CONT "$(cat run/order-service.pid)" 2>/dev/null || true; fi
+        say "stopping the system (scripts/down.sh)"
+        scripts/down.sh || rc=1
+    fi
+    exit "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Checks, then the system.
+
+for name in "${SERVICES[@]}"; do
+    if [[ -f run/$name.pid ]] && seckill_pid_alive "$(cat "run/$name.pid")" "$name"; then
+        die "$name is already running (run/$name.pid): bench.sh starts the system itself with its own settings; stop it first with scripts/down.sh."
+    fi
+done
+for port in "$UPSTREAM_PORT" "$HOP_PORT"; do
+    if _seckill_tcp_open 127.0.0.1 "$port"; then
+        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT."
+    fi
+done
+mkdir -p run "$BDIR" "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.svg
+trap cleanup EXIT
+
+# The benchmark leaves a few hundred thousand unpaid orders behind. With the usual 30-minute
+# TTL their expiry (release at stock-service, restock in Redis, a broadcast each) would run
+# during the next benchmark started within the half hour and disturb it: give them a week.
+export SECKILL__ORDER__TTL_SECS=${SECKILL__ORDER__TTL_SECS:-604800}
+
+say "scripts/up.sh (release build, servers, the four services)"
+UP_START=$SECONDS
+SYSTEM_UP=1
+scripts/up.sh
+NOTES+=("scripts/up.sh (release build and start) took $((SECONDS - UP_START)) s before the first measurement.")
+NOTES+=("The orders this run created stay unpaid for SECKILL__ORDER__TTL_SECS=$SECKILL__ORDER__TTL_SECS s (instead of 30 minutes), so that their expiry does not load the next run.")
+BIN_DIR=${CARGO_TARGET_DIR:-target}/release
+[[ $BIN_DIR == /* ]] || BIN_DIR=$SECKILL_ROOT/$BIN_DIR
+BENCH=$BIN_DIR/seckill-bench
+[[ -x $BENCH ]] || die "$BENCH was not built (is crates/bench a workspace member?)"
+
+# SECKILL__<SECTION>__* variables of the caller that binary $1 does not have would stop it at
+# start (its settings deny unknown sections): prints "-u VAR" for each, for env(1).
+foreign_env() {
+    local sections=$1 var section
+    while IFS= read -r var; do
+        [[ $var == SECKILL__*__* ]] || continue
+        section=${var#SECKILL__}
+        section=${section%%__*}
+        section=${section,,}
+        [[ " $sections " == *" $section "* ]] || printf -- '-u\n%s\n' "$var"
+    done < <(compgen -e)
+}
+
+wait_http() { # wait_http URL PID NAME
+    local deadline=$((SECONDS + 60))
+    until curl -fsS -m 2 -o /dev/null "$1" 2>/dev/null; do
+        seckill_pid_alive "$2" || die "$3 exited during start-up; see its log in run/"
+        ((SECONDS < deadline)) || die "$3 is not ready after 60 s ($1)"
+        sleep 0.5
+    done
+}
+
+say "the one-hop baseline: upstream on :$UPSTREAM_PORT, a second gateway on :$HOP_PORT"
+nohup "$BENCH" upstream --port "$UPSTREAM_PORT" </dev/null >"$BDIR/upstream.log" 2>&1 &
+echo $! >"$BDIR/upstream.pid"
+wait_http "http://127.0.0.1:$UPSTREAM_PORT/" "$(cat "$BDIR/upstream.pid")" "the trivial upstream"
+mapfile -t UNSET < <(foreign_env "http log auth dev_token upstreams rate_limit")
+nohup env -u SECKILL_CONFIG "${UNSET[@]}" "SECKILL__HTTP__PORT=$HOP_PORT" \
+    "SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:$UPSTREAM_PORT" \
+    "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-hop.log" 2>&1 &
+echo $! >"$BDIR/gateway-hop.pid"
+wait_http "http://127.0.0.1:$HOP_PORT/healthz" "$(cat "$BDIR/gateway-hop.pid")" "the hop gateway"
+HOP_PIDS=(--pid "gateway-hop=$(cat "$BDIR/gateway-hop.pid")" --pid "upstream=$(cat "$BDIR/upstream.pid")")
+
+# ---------------------------------------------------------------------------------------------
+# Measurements. Each writes docs/bench/<name>[.<run>].json; a failed one is noted, not fatal.
+
+measure() { # measure LABEL seckill-bench-args...
+    local label=$1
+    shift
+    say "$label: seckill-bench $*"
+    local rc=0
+    "$BENCH" "$@" || rc=$?
+    if ((rc == 3)); then
+        NOTES+=("$label: an invariant broke (see its section).")
+    elif ((rc != 0)); then
+        NOTES+=("$label: seckill-bench failed (exit $rc); its figure is missing.")
+    fi
+}
+
+external() { "$BENCH" external "$@"; }
+
+# Phase A: path tokens required, as up.sh starts the system.
+measure seed seed --gateway "$GW" --json "$OUT/seed.json" --chart "$OUT/seed.svg"
+measure spike spike --gateway "$GW" --users "$SPIKE_USERS" --json "$OUT/spike.json" --chart "$OUT/spike.svg"
+measure hot-user hot-user --gateway "$GW" --first-user 900000 --json "$OUT/hot-user.json" --chart "$OUT/hot-user.svg"
+
+# Phase B: seckill-service without path tokens (the accepted-buys figures need it).
+say "restarting seckill-service with SECKILL__SECKILL__REQUIRE_TOKEN=false"
+stop_pidfile run/seckill-service.pid seckill-service
+mapfile -t UNSET < <(foreign_env "http log redis amqp upstreams seckill")
+[[ -e run/seckill-service.log ]] && mv -f run/seckill-service.log run/seckill-service.log.1
+nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${UNSET[@]}" \
+    "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" \
+    SECKILL__SECKILL__REQUIRE_TOKEN=false \
+    "$BIN_DIR/seckill-service" </dev/null >run/seckill-service.log 2>&1 &
+echo $! >run/seckill-service.pid
+SECKILL_PORT=$(awk '
+    /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
+    section == "[http]" && /^[[:space:]]*port[[:space:]]*=/ { sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9].*$/, ""); print; exit }
+' config/seckill-service.toml 2>/dev/null || true)
+wait_http "http://127.0.0.1:${SECKILL_PORT:-8081}/readyz" "$(cat run/seckill-service.pid)" seckill-service
+
+for i in $(seq 1 "$REPEAT"); do
+    measure "gateway-healthz #$i" http --name gateway-healthz --url "$GW/healthz" -c 200 --duration "$SECS" \
+        --json "$OUT/gateway-healthz.$i.json"
+    measure "upstream-direct #$i" http --name upstream-direct --url "http://127.0.0.1:$UPSTREAM_PORT/api/goods" \
+        -c 200 --duration "$SECS" "${HOP_PIDS[@]}" --json "$OUT/upstream-direct.$i.json"
+    chart=()
+    ((i == 1)) && chart=(--chart "$OUT/hop.svg")
+    measure "hop #$i" http --name hop --url "http://127.0.0.1:$HOP_PORT/api/goods" -c 200 --duration "$SECS" \
+        "${HOP_PIDS[@]}" --json "$OUT/hop.$i.json" "${chart[@]}"
+    chart=()
+    ((i == 1)) && chart=(--chart "$OUT/sold-out.svg")
+    measure "sold-out #$i" sold-out --gateway "$GW" --no-path-token -c 200 --users "$SOLD_USERS" \
+        --duration "$SECS" --first-user $((200000 + i * 20000)) --json "$OUT/sold-out.$i.json" "${chart[@]}"
+done
+
+for i in $(seq 1 "$REPEAT"); do
+    measure "amqp-publish #$i" amqp-publish --amqp-url "$SECKILL_AMQP_URL" --messages "$AMQP_MESSAGES" \
+        --in-flight 1000 --json "$OUT/amqp-publish.$i.json"
+done
+
+# Redis: EVALSHA of the gate script (seckill_common::scripts::RESERVE) on a scratch sale with
+# a big stock; users random in 1..10^9, so nearly every call takes the decrement path.
+redis_baseline() {
+    _seckill_url_split "$SECKILL_REDIS_URL" 6379
+    local host=$_SK_HOST port=$_SK_PORT sha out i pl name csv
+    local -a cli=(redis-cli -h "$host" -p "$port")
+    local prefix="seckill-bench-scratch:seckill:{0}:"
+    local -a keys=("${prefix}stock" "${prefix}users" "${prefix}pending" "${prefix}result" "${prefix}token")
+    [[ -n $_SK_PASS ]] && export REDISCLI_AUTH=$_SK_PASS
+    if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        for name in redis-evalsha redis-evalsha-p16; do
+            external --name "$name" --skipped "redis-benchmark or redis-cli not installed (they come with redis-server / redis-tools)" \
+                --out "$OUT/$name.json"
+        done
+        return 0
+    fi
+    sha=$("${cli[@]}" SCRIPT LOAD "$("$BENCH" gate-script)")
+    for i in $(seq 1 "$REPEAT"); do
+        for pl in 1 16; do
+            name=redis-evalsha
+            ((pl > 1)) && name=redis-evalsha-p$pl
+            "${cli[@]}" DEL "${keys[@]}" >/dev/null
+            "${cli[@]}" SET "${prefix}stock" 1000000000 >/dev/null
+            local -a cmd=(redis-benchmark -h "$host" -p "$port" -c 50 -n "$REDIS_N" -r 1000000000 -P "$pl" --csv
+                EVALSHA "$sha" 5 "${keys[@]}" __rand_int__ __rand_int__ 0 "")
+            say "$name #$i: ${cmd[*]}"
+            out=$("${cmd[@]}" 2>/dev/null | tail -n 1) || out=
+            # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+            csv=$(printf '%s' "$out" | awk -F'","' '{gsub(/"/, "", $NF); print $2, $5, $7}')
+            if [[ -n $csv && $csv != *[!0-9.\ ]* ]]; then
+                read -r rps p50 p99 <<<"$csv"
+                external --name "$name" --value "$rps" --unit "calls/s" --p50-ms "$p50" --p99-ms "$p99" \
+                    --detail "redis-benchmark, 50 clients, pipeline $pl: EVALSHA of the gate script, decrement path on a big stock" \
+                    --command "${cmd[*]//$sha/\$SHA}" --out "$OUT/$name.$i.json"
+            else
+                external --name "$name" --skipped "redis-benchmark gave no figure: $out" --out "$OUT/$name.$i.json"
+            fi
+        done
+    done
+    "${cli[@]}" DEL "${keys[@]}" >/dev/null
+}
+redis_baseline || NOTES+=("the Redis baseline failed")
+
+# PostgreSQL: one order per transaction on one hot stock row, in a scratch database.
+pg_baseline() {
+    if ! command -v pgbench >/dev/null 2>&1; then
+        say "pgbench not found (it comes with the PostgreSQL server package): the PostgreSQL baseline is skipped"
+        external --name pg-hot-row --skipped "pgbench not installed (it comes with the PostgreSQL server package)" \
+            --out "$OUT/pg-hot-row.json"
+        return 0
+    fi
+    local db=seckill_bench_scratch_$$ script=$BDIR/pg-order.sql out tps lat i
+    psql -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/postgres" -c "CREATE DATABASE $db" >/dev/null
+    # The order-service's orders table and a stock row like stock-service's goods.
+    psql -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/$db" >/dev/null <<'SQL'
+CREATE TABLE goods (
+    id BIGINT PRIMARY KEY,
+    stock_total BIGINT NOT NULL,
+    stock_available BIGINT NOT NULL CHECK (stock_available >= 0)
+);
+INSERT INTO goods VALUES (1, 1000000000, 1000000000);
+CREATE TABLE orders (
+    id BIGSERIAL PRIMARY KEY,
+    request_id UUID NOT NULL UNIQUE,
+    user_id BIGINT NOT NULL,
+    goods_id BIGINT NOT NULL,
+    price_cents BIGINT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'unpaid',
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX orders_one_active_per_user ON orders (user_id, goods_id) WHERE status IN ('unpaid', 'paid');
+CREATE INDEX orders_by_user ON orders (user_id, id DESC);
+SQL
+    cat >"$script" <<'SQL'
+\set u random(1, 1000000000)
+BEGIN;
+UPDATE goods SET stock_available = stock_available - 1 WHERE id = 1 AND stock_available > 0;
+INSERT INTO orders (request_id, user_id, goods_id, price_cents, expires_at)
+    VALUES (gen_random_uuid(), :u, 1, 49900, now() + interval '30 minutes') ON CONFLICT DO NOTHING;
+END;
+SQL
+    for i in $(seq 1 "$REPEAT"); do
+        local -a cmd=(pgbench -n -M prepared -c 16 -j 2 -T "$PG_SECS" -f "$script")
+        say "pg-hot-row #$i: ${cmd[*]} <scratch database>"
+        out=$("${cmd[@]}" "$SECKILL_PG_URL/$db" 2>&1) || true
+        tps=$(printf '%s\n' "$out" | sed -nE 's/^tps = ([0-9.]+).*/\1/p' | head -n 1)
+        lat=$(printf '%s\n' "$out" | sed -nE 's/^latency average = ([0-9.]+) ms.*/\1/p' | head -n 1)
+        if [[ -n $tps ]]; then
+            external --name pg-hot-row --value "$tps" --unit "orders/s" \
+                --detail "pgbench, 16 clients, $PG_SECS s: one order per transaction (UPDATE goods ... WHERE stock_available > 0 on one row + INSERT INTO orders); average latency ${lat:-?} ms" \
+                --command "${cmd[*]} \$SECKILL_PG_URL/<scratch db>  # script: scripts/bench.sh pg_baseline" \
+                --out "$OUT/pg-hot-row.$i.json"
+        else
+            external --name pg-hot-row --skipped "pgbench failed: $(printf '%s' "$out" | tail -n 2 | tr '\n' ' ')" \
+                --out "$OUT/pg-hot-row.$i.json"
+        fi
+    done
+    psql -q "$SECKILL_PG_URL/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
+}
+pg_baseline || NOTES+=("the PostgreSQL baseline failed")
+
+measure drain drain --gateway "$GW" --no-path-token --users "$DRAIN_USERS" --stock $((DRAIN_USERS * 2)) -c 500 \
+    --first-user 1000000 --json "$OUT/drain.json" --chart "$OUT/drain.svg"
+
+# The consumer alone: order-service stopped (SIGSTOP) while the orders are accepted, resumed
+# (SIGCONT) when the load ends, so it drains the whole backlog with nothing else arriving.
+if [[ -f run/order-service.pid ]]; then
+    measure drain-backlog drain --name drain-backlog --gateway "$GW" --no-path-token --users "$DRAIN_USERS" \
+        --stock $((DRAIN_USERS * 2)) -c 500 --first-user 4000000 --pause-pid "$(cat run/order-service.pid)" \
+        --json "$OUT/drain-backlog.json" --chart "$OUT/drain-backlog.svg"
+fi
+
+# The p99 target at a rate the system should hold: 0.6 x the RabbitMQ confirm baseline.
+AMQP_RATE=$("$BENCH" figure --dir "$OUT" amqp-publish 2>/dev/null || echo 0)
+RATE=$(awk -v r="$AMQP_RATE" 'BEGIN { printf "%.0f", r * 0.6 }')
+if ((RATE > 0)); then
+    measure accept-at-rate drain --name accept-at-rate --gateway "$GW" --no-path-token --users "$RATE_USERS" \
+        --stock $((RATE_USERS * 2)) -c 500 --rate "$RATE" --first-user 2000000 \
+        --json "$OUT/accept-at-rate.json" --chart "$OUT/accept-at-rate.svg"
+else
+    NOTES+=("accept-at-rate skipped: no RabbitMQ figure to set its rate from.")
+fi
+# And at a rate this system sustains: 0.8 x the closed-loop accepted rate of drain.
+DRAIN_RATE=$("$BENCH" figure --dir "$OUT" drain --metric accepted 2>/dev/null || echo 0)
+RATE=$(awk -v r="$DRAIN_RATE" 'BEGIN { printf "%.0f", r * 0.8 }')
+if ((RATE > 0)); then
+    measure accept-sustained drain --name accept-sustained --gateway "$GW" --no-path-token --users "$RATE_USERS" \
+        --stock $((RATE_USERS * 2)) -c 500 --rate "$RATE" --first-user 3000000 \
+        --json "$OUT/accept-sustained.json" --chart "$OUT/accept-sustained.svg"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The document.
+
+version() { "$@" 2>/dev/null | head -n 1 || true; }
+PG_SERVER=$(psql -At "$SECKILL_PG_URL/postgres" -c 'SHOW server_version' 2>/dev/null || true)
+RABBIT=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || true)
+REDIS_V=$(redis-cli -u "$SECKILL_REDIS_URL" INFO server 2>/dev/null | sed -nE 's/^redis_version:([^\r]*).*/\1/p' || true)
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+NOTES+=("Load average (1, 5, 15 min) at the start of the run: $LOAD_START; at the end: $LOAD (this machine has $(nproc) cores).")
+QUICK_FLAG=()
+((QUICK)) && QUICK_FLAG=(--quick)
+"$BENCH" machine --out "$OUT/machine.json" "${QUICK_FLAG[@]}" --repeat "$REPEAT" \
+    --started-at "$STARTED_AT" \
+    --version-of "rustc=$(version rustc --version)" \
+    --version-of "PostgreSQL server=${PG_SERVER:-unknown}" \
+    --version-of "Redis server=${REDIS_V:-unknown}" \
+    --version-of "RabbitMQ (Debian package)=${RABBIT:-unknown}" \
+    --version-of "git commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')" \
+    "${NOTES[@]/#/--note=}"
+"$BENCH" markdown --dir "$OUT" --out docs/BENCHMARKS.md
+say "done: docs/BENCHMARKS.md, docs/bench/"
