@@ -1,7 +1,7 @@
-//! The tool's smoke test, the one CI runs: the whole system in-process on port 0 (the same
-//! harness shape as crates/e2e: seckill-testkit and each service's `startup::build`, against
-//! the real PostgreSQL, Redis and RabbitMQ), the `seed` scenario at a tiny size through the
-//! library API, and its report: invariants hold, counts add up, JSON, chart and markdown.
+//! The tool's smoke test, the one CI runs: the whole system in-process on port 0 (the harness of
+//! crates/e2e, against the real PostgreSQL, Redis and RabbitMQ), the `seed` scenario at a tiny
+//! size through the library API, and its report: invariants hold, counts add up, JSON, chart
+//! and markdown.
 //! Plus the `upstream` + `http` baseline pair, which needs no servers.
 
 use std::time::Duration;
@@ -9,103 +9,6 @@ use std::time::Duration;
 use seckill_bench::report::Report;
 use seckill_bench::scenario::{self, Scenario, ScenarioConfig};
 use seckill_bench::{baseline, chart, markdown};
-use seckill_common::amqp::AmqpNames;
-use seckill_common::config::{
-    AmqpSettings, AuthSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings,
-};
-use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, redis_url};
-
-const JWT_SECRET: &str = "bench-smoke-secret";
-
-fn http_settings() -> HttpSettings {
-    HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
-}
-
-/// Fields drop in order: the services stop (gateway first) before the databases and names go.
-#[allow(dead_code)]
-struct System {
-    gateway: RunningService,
-    seckill: RunningService,
-    order: RunningService,
-    stock: RunningService,
-    stock_db: TestDb,
-    order_db: TestDb,
-    names: TestNames,
-}
-
-/// Retry delay of the test queues (as in crates/e2e).
-const RETRY_DELAY_MS: u64 = 200;
-const ORDER_TTL_SECS: u64 = 1_800;
-
-fn spawn_system() -> System {
-    let mut names = TestNames::new();
-    let amqp_names = AmqpNames::new(names.amqp_prefix.clone());
-    names.cleanup_amqp(
-        amqp_names.all_queues(ORDER_TTL_SECS, RETRY_DELAY_MS),
-        vec![amqp_names.broadcast_exchange()],
-    );
-    let stock_db = TestDb::new("stock");
-    let order_db = TestDb::new("order");
-
-    let redis =
-        RedisSettings { url: redis_url(), key_prefix: names.redis_prefix.clone(), ..Default::default() };
-    let amqp = AmqpSettings {
-        url: amqp_url(),
-        prefix: names.amqp_prefix.clone(),
-        retry_delay_ms: RETRY_DELAY_MS,
-        max_attempts: 3,
-        ..Default::default()
-    };
-    let database = |db: &TestDb| DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() };
-
-    let s = stock_service::Settings {
-        http: http_settings(),
-        database: database(&stock_db),
-        amqp: amqp.clone(),
-        ..Default::default()
-    };
-    let stock = RunningService::start(move || stock_service::startup::build(s));
-    let upstreams = |seckill: &str, order: &str| UpstreamSettings {
-        seckill: seckill.to_owned(),
-        order: order.to_owned(),
-        stock: stock.url(),
-        ..Default::default()
-    };
-
-    let s = seckill_service::Settings {
-        http: http_settings(),
-        redis: redis.clone(),
-        amqp: amqp.clone(),
-        upstreams: upstreams("", ""),
-        ..Default::default()
-    };
-    let seckill = RunningService::start(move || seckill_service::startup::build(s));
-
-    let s = order_service::Settings {
-        http: http_settings(),
-        database: database(&order_db),
-        redis,
-        amqp,
-        upstreams: upstreams("", ""),
-        order: order_service::configuration::OrderSettings {
-            ttl_secs: ORDER_TTL_SECS,
-            outage_pause_ms: 200,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let order = RunningService::start(move || order_service::startup::build(s));
-
-    let s = gateway::configuration::Settings {
-        http: http_settings(),
-        auth: AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
-        upstreams: upstreams(&seckill.url(), &order.url()),
-        ..Default::default()
-    };
-    let gateway = RunningService::start(move || gateway::startup::build(s));
-
-    System { gateway, seckill, order, stock, stock_db, order_db, names }
-}
 
 fn count(report: &Report, call: &str, outcome: &str) -> u64 {
     report.row(call, outcome).map_or(0, |r| r.count)
@@ -115,7 +18,7 @@ fn count(report: &Report, call: &str, outcome: &str) -> u64 {
 /// invariants hold, and the report's counts add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_seed_scenario_holds_its_invariants() {
-    let sys = spawn_system();
+    let sys = seckill_e2e::spawn_system();
     let mut cfg = ScenarioConfig::new(Scenario::Seed, sys.gateway.url());
     cfg.users = 60;
     cfg.stock = 20;

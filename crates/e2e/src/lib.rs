@@ -1,1 +1,453 @@
-//! End-to-end tests of the whole system live in `tests/`.
+//! The whole system in one process, for tests and tools: `spawn_system()` starts the four
+//! services on port 0 against the real PostgreSQL, Redis and RabbitMQ, each run with its own
+//! databases, Redis key prefix and queue names (all removed when the `System` is dropped), and
+//! `System` has one method per call a buyer or an admin makes through the gateway, plus direct
+//! looks into the databases, Redis and the queues for checking invariants.
+//!
+//! The end-to-end tests are in `tests/`; the load tool's smoke test uses the same harness.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deadpool_redis::redis::AsyncCommands;
+use diesel_async::RunQueryDsl;
+use seckill_common::GoodsId;
+use seckill_common::amqp::AmqpNames;
+use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
+use seckill_common::config::HttpSettings;
+use seckill_common::keys::RedisKeys;
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, redis_url};
+use serde_json::{Value, json};
+
+pub const JWT_SECRET: &str = "e2e-test-secret";
+
+fn http_settings() -> HttpSettings {
+    HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
+}
+
+/// Knobs a test may turn before the system starts.
+#[derive(Clone)]
+pub struct Options {
+    pub require_token: bool,
+    pub order_ttl_secs: u64,
+    /// seckill-service replicas behind the gateway.
+    pub seckill_replicas: usize,
+    /// How long the sold-out flag answers alone (long: only a broadcast clears it in time).
+    pub sold_out_recheck_ms: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { require_token: true, order_ttl_secs: 1_800, seckill_replicas: 1, sold_out_recheck_ms: 1_000 }
+    }
+}
+
+/// Retry delay of the test queues: short, so retries show within a test.
+pub const RETRY_DELAY_MS: u64 = 200;
+
+/// Fields drop in order: the services stop (gateway first) before the databases and names go.
+/// Some fields are held only to keep what they own alive until then.
+#[allow(dead_code)]
+pub struct System {
+    pub gateway: RunningService,
+    pub seckill: Vec<RunningService>,
+    pub order: RunningService,
+    pub stock: RunningService,
+    pub http: reqwest::Client,
+    pub redis_keys: RedisKeys,
+    pub amqp_names: AmqpNames,
+    pub stock_db: TestDb,
+    pub order_db: TestDb,
+    pub names: TestNames,
+}
+
+pub fn spawn_system() -> System {
+    spawn_system_with(Options::default())
+}
+
+pub fn spawn_system_with(options: Options) -> System {
+    let mut names = TestNames::new();
+    let amqp_names = AmqpNames::new(names.amqp_prefix.clone());
+    names.cleanup_amqp(
+        amqp_names.all_queues(options.order_ttl_secs, RETRY_DELAY_MS),
+        vec![amqp_names.broadcast_exchange()],
+    );
+    let redis_keys = RedisKeys::new(names.redis_prefix.clone());
+    let stock_db = TestDb::new("stock");
+    let order_db = TestDb::new("order");
+
+    let redis = seckill_common::config::RedisSettings {
+        url: redis_url(),
+        key_prefix: names.redis_prefix.clone(),
+        ..Default::default()
+    };
+    let amqp = seckill_common::config::AmqpSettings {
+        url: amqp_url(),
+        prefix: names.amqp_prefix.clone(),
+        retry_delay_ms: RETRY_DELAY_MS,
+        max_attempts: 3,
+        ..Default::default()
+    };
+    let database = |db: &TestDb| seckill_common::config::DatabaseSettings {
+        url: Some(db.url().to_owned()),
+        ..Default::default()
+    };
+
+    let s = stock_service::Settings {
+        http: http_settings(),
+        database: database(&stock_db),
+        amqp: amqp.clone(),
+        ..Default::default()
+    };
+    let stock = RunningService::start(move || stock_service::startup::build(s));
+    let upstreams = |seckill: &str, order: &str| seckill_common::config::UpstreamSettings {
+        seckill: seckill.to_owned(),
+        order: order.to_owned(),
+        stock: stock.url(),
+        ..Default::default()
+    };
+
+    let seckill: Vec<RunningService> = (0..options.seckill_replicas.max(1))
+        .map(|_| {
+            let s = seckill_service::Settings {
+                http: http_settings(),
+                redis: redis.clone(),
+                amqp: amqp.clone(),
+                upstreams: upstreams("", ""),
+                seckill: seckill_service::configuration::SeckillSettings {
+                    require_token: options.require_token,
+                    sold_out_recheck_ms: options.sold_out_recheck_ms,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            RunningService::start(move || seckill_service::startup::build(s))
+        })
+        .collect();
+
+    let s = order_service::Settings {
+        http: http_settings(),
+        database: database(&order_db),
+        redis,
+        amqp,
+        upstreams: upstreams("", ""),
+        order: order_service::configuration::OrderSettings {
+            ttl_secs: options.order_ttl_secs,
+            outage_pause_ms: 200,
+            sweep_interval_secs: 1,
+            sweep_grace_secs: 3,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let order = RunningService::start(move || order_service::startup::build(s));
+
+    let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
+    let s = gateway::configuration::Settings {
+        http: http_settings(),
+        auth: seckill_common::config::AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
+        upstreams: upstreams(&replicas.join(","), &order.url()),
+        ..Default::default()
+    };
+    let gateway = RunningService::start(move || gateway::startup::build(s));
+
+    System {
+        gateway,
+        seckill,
+        order,
+        stock,
+        http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
+        redis_keys,
+        amqp_names,
+        stock_db,
+        order_db,
+        names,
+    }
+}
+
+/// A response's status and JSON body (Null when it has none).
+pub type Answer = (u16, Value);
+
+async fn answer(res: reqwest::Response) -> Answer {
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+impl System {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.gateway.url())
+    }
+
+    pub async fn dev_token(&self, user: i64, role: &str) -> String {
+        let (status, body) =
+            self.post("/api/auth/dev-token", None, json!({"user_id": user, "role": role})).await;
+        assert_eq!(status, 200, "dev token: {body}");
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> Answer {
+        let mut req = self.http.post(self.url(path)).json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        let mut req = self.http.get(self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// Creates a sale through the gateway as an admin; `start`/`end` relative to now.
+    pub async fn create_sale(&self, stock: i64, start: chrono::Duration, end: chrono::Duration) -> Goods {
+        let admin = self.dev_token(1, "admin").await;
+        let now = Utc::now();
+        let (status, body) = self
+            .post(
+                "/api/admin/goods",
+                Some(&admin),
+                json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
+                    "stock_total": stock, "start_at": now + start, "end_at": now + end}),
+            )
+            .await;
+        assert_eq!(status, 201, "create sale: {body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// A sale open now for an hour.
+    pub async fn open_sale(&self, stock: i64) -> Goods {
+        self.create_sale(stock, chrono::Duration::seconds(-5), chrono::Duration::hours(1)).await
+    }
+
+    pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {
+        self.post(&format!("/api/seckill/{g}/token"), Some(user_token), Value::Null).await
+    }
+
+    pub async fn order(&self, user_token: &str, g: GoodsId, path_token: Option<&str>) -> Answer {
+        let mut req = self.http.post(self.url(&format!("/api/seckill/{g}/orders"))).bearer_auth(user_token);
+        if let Some(t) = path_token {
+            req = req.header("x-seckill-token", t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// Path token then order, as a buyer's client does.
+    pub async fn buy(&self, user_token: &str, g: GoodsId) -> Answer {
+        let (status, body) = self.path_token(user_token, g).await;
+        if status != 200 {
+            return (status, body);
+        }
+        self.order(user_token, g, body["token"].as_str()).await
+    }
+
+    /// The buyer's result. A 503 (a dependency slow to answer on a loaded machine) is retried,
+    /// as a client would; anything else but 200 fails the test.
+    pub async fn result(&self, user_token: &str, g: GoodsId) -> SeckillResult {
+        for _ in 0..20 {
+            let (status, body) = self.get(&format!("/api/seckill/{g}/result"), Some(user_token)).await;
+            match status {
+                200 => return serde_json::from_value(body).unwrap(),
+                503 => tokio::time::sleep(Duration::from_millis(250)).await,
+                _ => panic!("result: {status} {body}"),
+            }
+        }
+        panic!("result: 503 twenty times in a row");
+    }
+
+    /// Polls until the result is no longer `queued` (or `within` passes: then the last one).
+    pub async fn final_result(&self, user_token: &str, g: GoodsId, within: Duration) -> SeckillResult {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self.result(user_token, g).await;
+            if r.status != SeckillStatus::Queued || Instant::now() > deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn order_by_id(&self, user_token: &str, id: i64) -> Answer {
+        self.get(&format!("/api/orders/{id}"), Some(user_token)).await
+    }
+
+    pub async fn goods(&self, g: GoodsId) -> Goods {
+        let (status, body) = self.get(&format!("/api/goods/{g}"), None).await;
+        assert_eq!(status, 200);
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn redis(&self) -> deadpool_redis::redis::aio::MultiplexedConnection {
+        deadpool_redis::redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {
+        self.redis().await.get(self.redis_keys.stock(g)).await.unwrap()
+    }
+
+    pub async fn redis_users(&self, g: GoodsId) -> i64 {
+        self.redis().await.hlen(self.redis_keys.users(g)).await.unwrap()
+    }
+
+    /// Active (unpaid or paid) orders of a sale, straight from the order database, and the
+    /// most any one user holds.
+    pub async fn active_orders(&self, g: GoodsId) -> (i64, i64) {
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            orders: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            most_per_user: i64,
+        }
+        let mut conn = self.order_db.connect().await;
+        let row: Row = diesel::sql_query(
+            "WITH active AS (SELECT user_id FROM orders WHERE goods_id = $1 AND status IN ('unpaid', 'paid')) \
+             SELECT (SELECT COUNT(*) FROM active)::BIGINT AS orders, \
+                    (SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM active GROUP BY user_id) u)::BIGINT \
+                    AS most_per_user",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(g.get())
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        (row.orders, row.most_per_user)
+    }
+
+    /// The request id (the order key at stock-service) of an order, from the order database.
+    pub async fn order_key_of(&self, order_id: i64) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            key: String,
+        }
+        let mut conn = self.order_db.connect().await;
+        let row: Row = diesel::sql_query("SELECT request_id::TEXT AS key FROM orders WHERE id = $1")
+            .bind::<diesel::sql_types::BigInt, _>(order_id)
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+        row.key
+    }
+
+    /// Units held by unreleased deductions at stock-service, straight from its database.
+    pub async fn held_at_stock(&self, g: GoodsId) -> i64 {
+        let mut conn = self.stock_db.connect().await;
+        stock_service::ledger::held(&mut conn, g.get()).await.unwrap()
+    }
+
+    /// Messages waiting in a queue of this test.
+    pub async fn queue_depth(&self, queue: &str) -> u32 {
+        let conn =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let q = channel
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions { passive: true, ..Default::default() },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let _ = conn.close(200, "checked".into()).await;
+        q.message_count()
+    }
+}
+
+pub fn order_of(body: &Value) -> Order {
+    serde_json::from_value(body.clone()).unwrap()
+}
+
+impl System {
+    pub async fn pay(&self, user_token: &str, order_id: i64) -> Answer {
+        self.post(&format!("/api/orders/{order_id}/pay"), Some(user_token), Value::Null).await
+    }
+
+    pub async fn cancel(&self, user_token: &str, order_id: i64) -> Answer {
+        self.post(&format!("/api/orders/{order_id}/cancel"), Some(user_token), Value::Null).await
+    }
+
+    /// Buys and waits for the order: its id.
+    pub async fn buy_order(&self, user_token: &str, g: GoodsId) -> i64 {
+        let (status, body) = self.buy(user_token, g).await;
+        assert_eq!(status, 202, "buy: {body}");
+        let r = self.final_result(user_token, g, Duration::from_secs(20)).await;
+        assert_eq!(r.status, SeckillStatus::Success, "{r:?}");
+        r.order_id.unwrap().get()
+    }
+
+    pub async fn order_status(&self, user_token: &str, order_id: i64) -> String {
+        let (status, body) = self.order_by_id(user_token, order_id).await;
+        assert_eq!(status, 200, "{body}");
+        body["status"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until `check` holds (polling every 100 ms), or panics naming `what` after `within`.
+    pub async fn eventually<F, Fut>(&self, what: &str, within: Duration, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + within;
+        while !check().await {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Publishes a raw body to a queue of this test, as a foreign or broken publisher would.
+    pub async fn publish_raw(&self, queue: &str, body: &[u8]) {
+        let conn =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        channel.confirm_select(Default::default()).await.unwrap();
+        channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                Default::default(),
+                body,
+                lapin::BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let _ = conn.close(200, "published".into()).await;
+    }
+
+    /// Closes, from the broker's side, every connection of this test whose name contains
+    /// `part` (as `rabbitmqctl close_connection` does for an operator). Returns how many.
+    pub fn close_connections(&self, part: &str) -> usize {
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["list_connections", "pid", "client_properties", "-q"])
+            .output()
+            .expect("rabbitmqctl runs");
+        // One line a connection: the pid, a tab, the client properties, among them
+        // {"connection_name","<name>"}.
+        let wanted = self.amqp_names.prefix().to_owned();
+        let mut closed = 0;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Some((pid, properties)) = line.split_once('\t') else { continue };
+            let name = properties
+                .split_once("{\"connection_name\",\"")
+                .and_then(|(_, rest)| rest.split('"').next())
+                .unwrap_or_default();
+            let named = name.starts_with(&wanted) && name.contains(part);
+            if named {
+                let status = std::process::Command::new("rabbitmqctl")
+                    .args(["close_connection", pid, "test closes it", "-q"])
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "close_connection {pid}");
+                closed += 1;
+            }
+        }
+        closed
+    }
+}
