@@ -154,6 +154,12 @@ async fn an_unloaded_sale_is_reported_and_not_created() {
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, RESERVE_NOT_LOADED);
     assert_eq!(f.stock().await, None, "no counter conjured below zero");
     assert_eq!(f.holders().await, 0);
+    // Nor is a path token spent: the caller loads the sale and calls again with it.
+    let mut c = f.pool.get().await.unwrap();
+    let _: () = c.set(f.keys.token(f.g, u(2)), "tok").await.unwrap();
+    assert_eq!(f.reserve(u(2), Uuid::new_v4(), "tok").await, RESERVE_NOT_LOADED);
+    let _: () = c.set(f.keys.stock(f.g), 1).await.unwrap();
+    assert_eq!(f.reserve(u(2), Uuid::new_v4(), "tok").await, 0);
 }
 
 #[tokio::test]
