@@ -1,7 +1,7 @@
 //! Prometheus metrics: one recorder per process, HTTP counters and latencies by route.
 
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -11,15 +11,35 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Installs the process-wide recorder on first use (several services may share a test process).
 pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        PrometheusBuilder::new()
+        let handle = PrometheusBuilder::new()
             .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
             .expect("static buckets are valid")
             .install_recorder()
-            .expect("the Prometheus recorder is installed once per process")
+            .expect("the Prometheus recorder is installed once per process");
+        spawn_upkeep(handle.clone());
+        handle
     })
+}
+
+/// The recorder keeps every histogram sample until upkeep folds them into buckets; only a
+/// scrape of `/metrics` would do that otherwise, so a process nobody scrapes would grow by
+/// every request's latency forever. A plain thread: the recorder outlives any one runtime.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+        loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "metrics upkeep thread not started: histograms fold only when scraped");
+    }
 }
 
 /// `GET /metrics`.

@@ -125,13 +125,7 @@ pub async fn order(
 /// come, the reservation is given back, unless the order consumer already claimed it (the
 /// broker did store the message): then the request stands and the answer is still 202.
 async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<(), ApiError> {
-    let body = serde_json::to_vec(&msg).map_err(ApiError::internal)?;
-    let mut message_headers = FieldTable::default();
-    message_headers.insert(headers::REQUEST_ID.into(), AMQPValue::LongString(LongString::from(trace_id)));
-    let properties = BasicProperties::default()
-        .with_content_type("application/json".into())
-        .with_message_id(msg.request_id.to_string().into())
-        .with_headers(message_headers);
+    let (body, properties) = order_message(&msg, trace_id).map_err(ApiError::internal)?;
     let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
     match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
         Ok(()) => {
@@ -159,6 +153,19 @@ async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<
             }
         }
     }
+}
+
+/// The body and properties of an accepted request's message: JSON, the request id as the
+/// AMQP message id, the HTTP request's trace id in a header.
+pub fn order_message(msg: &OrderRequest, trace_id: &str) -> serde_json::Result<(Vec<u8>, BasicProperties)> {
+    let body = serde_json::to_vec(msg)?;
+    let mut message_headers = FieldTable::default();
+    message_headers.insert(headers::REQUEST_ID.into(), AMQPValue::LongString(LongString::from(trace_id)));
+    let properties = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_message_id(msg.request_id.to_string().into())
+        .with_headers(message_headers);
+    Ok((body, properties))
 }
 
 fn busy() -> ApiError {
