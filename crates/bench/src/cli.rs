@@ -14,7 +14,7 @@ use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
 use crate::scenario::{self, Scenario, ScenarioConfig};
-use crate::{chart, machine};
+use crate::{chart, cleanup, machine};
 
 /// Exit status when a scenario ran but an invariant broke.
 pub const EXIT_INVARIANT: u8 = 3;
@@ -55,6 +55,9 @@ pub enum Command {
     Upstream(UpstreamArgs),
     /// Persistent publishes with publisher confirms to a scratch queue (deleted afterwards).
     AmqpPublish(AmqpArgs),
+    /// Deletes the queues and the exchange the services declare under --prefix (a bench run's
+    /// scratch names; an empty prefix is refused), whatever they hold.
+    AmqpCleanup(AmqpCleanupArgs),
     /// Prints the gate's Lua script (seckill_common::scripts::RESERVE), for redis-benchmark.
     GateScript,
     /// Records a figure measured by another tool (JSON for `markdown`).
@@ -256,8 +259,29 @@ pub struct AmqpArgs {
     pub body_bytes: usize,
     #[arg(long, default_value = "amqp-publish")]
     pub name: String,
+    /// The scratch queue's name (default: `seckill-bench.scratch.<random>`).
+    #[arg(long)]
+    pub queue: Option<String>,
     #[command(flatten)]
     pub out: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AmqpCleanupArgs {
+    #[arg(long, env = "SECKILL_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+    /// The services' `amqp.prefix` (SECKILL__AMQP__PREFIX), e.g. `seckill-bench.`.
+    #[arg(long)]
+    pub prefix: String,
+    /// The order-service's `order.ttl_secs`: it names the delay queue (repeatable).
+    #[arg(long = "order-ttl-secs", default_values_t = [1_800])]
+    pub order_ttl_secs: Vec<u64>,
+    /// The services' `amqp.retry_delay_ms`: it names the retry queues (repeatable).
+    #[arg(long = "retry-delay-ms", default_values_t = [1_000])]
+    pub retry_delay_ms: Vec<u64>,
+    /// Another queue to delete; it must start with the prefix too (repeatable).
+    #[arg(long = "queue")]
+    pub queues: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -382,12 +406,26 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 messages: a.messages,
                 in_flight: a.in_flight,
                 body_bytes: a.body_bytes,
+                queue: a.queue.clone(),
                 progress: !a.out.no_progress,
                 procs: a.out.procs(),
             };
             let report = baseline::amqp_publish(&cfg).await?;
             emit(&report, &a.out)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::AmqpCleanup(a) => {
+            let names =
+                cleanup::ScratchNames::new(&a.prefix, &a.order_ttl_secs, &a.retry_delay_ms, &a.queues)?;
+            let done = cleanup::delete(&a.amqp_url, &names).await?;
+            println!(
+                "amqp-cleanup: {} queues under {} deleted ({} messages in them), {} exchanges",
+                done.queues, a.prefix, done.messages, done.exchanges
+            );
+            for f in &done.failed {
+                eprintln!("amqp-cleanup: not deleted: {f}");
+            }
+            Ok(if done.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::GateScript => {
             print!("{}", seckill_common::scripts::RESERVE);
