@@ -26,9 +26,10 @@ pub const EXIT_INVARIANT: u8 = 3;
     about = "Load generator and benchmarks of the seckill system, driven through the gateway",
     long_about = "Load generator and benchmarks of the seckill system, driven through the gateway.\n\n\
         Scenarios create their own sale with an admin dev token, mint every user's token before the clock \
-        starts, fire path token + order per click on a set number of keep-alive connections, poll each \
-        accepted user's result until it is final, check the invariants from outside, and report per call \
-        and outcome (requests/s, latency p50/p90/p99/p99.9/max), the drain, and each service's memory."
+        starts, fire path token + order per click on a set number of keep-alive connections (hot-user: one \
+        path token before the clock, then order clicks presenting it), poll each accepted user's result \
+        until it is final, check the invariants from outside, and report per call and outcome (requests/s, \
+        latency p50/p90/p99/p99.9/max), the drain, and each service's memory."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -44,7 +45,9 @@ pub enum Command {
     /// Sells a sale out (1 unit), then hammers it for --duration (10 s) on 200 connections,
     /// cycling through --users (10,000) so the per-user rate limit is not what answers.
     SoldOut(ScenarioArgs),
-    /// One user clicking --clicks (1,000) times on 50 connections: mostly 409 and 429.
+    /// One user hammering the buy button: one path token before the clock, then --clicks
+    /// (1,000) orders presenting it on 50 connections: one 202, the rest refused (403 BAD_TOKEN
+    /// once the token is used, 409 REPEATED without tokens, 429 RATE_LIMITED).
     HotUser(ScenarioArgs),
     /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
     /// drain (first 202 to the last order row written; with --pause-pid, the consumer alone).
@@ -124,7 +127,7 @@ pub struct ScenarioArgs {
     /// start). Without it: closed loop, as fast as the connections are answered.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Order without asking for a path token first (for seckill.require_token=false).
+    /// Order without a path token (for seckill.require_token=false).
     #[arg(long)]
     pub no_path_token: bool,
     /// The first user id (users are consecutive from it).
@@ -582,5 +585,7 @@ mod tests {
         assert_eq!((d.users, d.stock, d.connections), (20_000, 1_000, 500));
         let d = ScenarioConfig::new(Scenario::HotUser, "http://x");
         assert_eq!((d.users, d.clicks), (1, Some(1_000)));
+        assert!(d.path_token && d.path_token_once);
+        assert!(!ScenarioConfig::new(Scenario::Spike, "http://x").path_token_once);
     }
 }
