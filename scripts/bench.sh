@@ -3,11 +3,20 @@
 # and write docs/BENCHMARKS.md (tables, ratios, targets, the machine, how to reproduce) and
 # docs/bench/ (one JSON file per measurement, SVG charts of the scenarios).
 #
-#   1. scripts/up.sh: servers, release build, the four services (as configured:
-#      seckill.require_token = true; order.ttl_secs one week, so the unpaid orders a run leaves
-#      do not expire during the next run: SECKILL__ORDER__TTL_SECS overrides it). Then, for the one-hop baseline, a trivial upstream
-#      (seckill-bench upstream, :18083) and a second gateway (:18080, same binary and config
-#      file) whose stock upstream is that trivial server.
+#   0. The run leaves the user's system alone: every service it starts works under scratch
+#      names, removed at its start (what an interrupted run left) and at its end (in the EXIT
+#      trap, once the services are stopped): the databases seckill_bench_stock and
+#      seckill_bench_order (SECKILL_STOCK_DB / SECKILL_ORDER_DB for up.sh), plus
+#      seckill_bench_scratch for pgbench; the Redis key prefix seckill-bench:
+#      (SECKILL__REDIS__KEY_PREFIX; keys deleted with SCAN + UNLINK); the AMQP prefix
+#      seckill-bench. (SECKILL__AMQP__PREFIX; the queues and the exchange the services declare
+#      are deleted with `seckill-bench amqp-cleanup`, the delay queue's name from the order TTL
+#      in effect: SECKILL__ORDER__TTL_SECS, else config/order-service.toml, else 1800).
+#   1. The servers (lib.sh's ensure_servers), the release build, the clean-up above, then
+#      scripts/up.sh: the four services (as configured: seckill.require_token = true). Then,
+#      for the one-hop baseline, a trivial upstream (seckill-bench upstream, :18083) and a
+#      second gateway (:18080, same binary and config file) whose stock upstream is that
+#      trivial server.
 #   2. Phase A, the system exactly as up.sh started it (path tokens required):
 #      seed, spike, hot-user.
 #   3. Phase B: seckill-service alone is restarted with SECKILL__SECKILL__REQUIRE_TOKEN=false
@@ -20,14 +29,18 @@
 #      500 connections) and accept-sustained (open loop at 0.8 x drain's accepted rate);
 #      drain-backlog is drain with the order-service stopped (SIGSTOP) during the load and
 #      resumed at its end, so the consumer's own throughput shows on the backlog.
-#   4. seckill-bench markdown writes docs/BENCHMARKS.md; scripts/down.sh stops the system; the
-#      upstream and the second gateway are stopped by their pids (run/bench/*.pid).
+#   4. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the second gateway are
+#      stopped by their pids (run/bench/*.pid), the services by SECKILL_KEEP_SERVERS=1
+#      scripts/down.sh, the scratch data is removed, then scripts/down.sh stops the servers
+#      ensure_servers started (if any). After an interrupted run, scripts/down.sh stops
+#      everything it left running; its scratch data goes at the next run's start.
 #
 # Environment: BENCH_QUICK=1 smaller sizes and one run of each baseline; BENCH_REPEAT (default
 # 3, quick 1); BENCH_SECS (seconds of each http and sold-out run: default 8, quick 3);
 # BENCH_UPSTREAM_PORT (18083), BENCH_HOP_PORT (18080); SECKILL_PG_URL, SECKILL_REDIS_URL,
-# SECKILL_AMQP_URL as for up.sh. It refuses to start while the system is already up (it needs
-# the configuration it sets). A full run takes about 6 minutes after the build.
+# SECKILL_AMQP_URL as for up.sh. It needs psql and redis-cli (for the clean-up). It refuses to
+# start while the system is already up (it needs the configuration it sets). A full run takes
+# about 6 minutes after the build.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -51,6 +64,14 @@ GW=http://127.0.0.1:8080
 OUT=docs/bench
 BDIR=run/bench
 SERVICES=(gateway seckill-service order-service stock-service)
+# The scratch names (see the header). Fixed, so that a run removes what an interrupted one left.
+STOCK_DB=seckill_bench_stock
+ORDER_DB=seckill_bench_order
+PG_SCRATCH_DB=seckill_bench_scratch
+REDIS_PREFIX=seckill-bench:
+AMQP_PREFIX=seckill-bench.
+AMQP_SCRATCH_QUEUE=${AMQP_PREFIX}scratch.amqp-publish
+SCRATCH=0
 NOTES=()
 STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -80,6 +101,74 @@ stop_pidfile() { # stop_pidfile FILE NAME
     rm -f "$1"
 }
 
+# Value of KEY in [SECTION] of a TOML file (a number or a bare word), or nothing.
+toml_value() { # toml_value FILE SECTION KEY
+    awk -v want="[$2]" -v key="$3" '
+        /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
+        section == want && $0 ~ "^[[:space:]]*" key "[[:space:]]*=" {
+            sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9A-Za-z_.].*$/, ""); print; exit
+        }' "$1" 2>/dev/null || true
+}
+
+# The names the delay and retry queues get depend on these settings: as the services see them.
+ORDER_TTL=${SECKILL__ORDER__TTL_SECS:-$(toml_value config/order-service.toml order ttl_secs)}
+ORDER_TTL=${ORDER_TTL:-1800}
+RETRY_DELAYS=()
+for name in seckill-service order-service stock-service; do
+    d=${SECKILL__AMQP__RETRY_DELAY_MS:-$(toml_value "config/$name.toml" amqp retry_delay_ms)}
+    d=${d:-1000}
+    [[ " ${RETRY_DELAYS[*]} " == *" $d "* ]] || RETRY_DELAYS+=("$d")
+done
+
+drop_scratch_dbs() {
+    local db rc=0
+    for db in "$STOCK_DB" "$ORDER_DB" "$PG_SCRATCH_DB"; do
+        PGOPTIONS='-c client_min_messages=warning' psql -X -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/postgres" \
+            -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || rc=1
+    done
+    return "$rc"
+}
+
+# SCAN for the prefix, UNLINK in batches of 500; again until a scan finds nothing (3 rounds).
+delete_redis_keys() {
+    local -a cli=(redis-cli -u "$SECKILL_REDIS_URL" --no-auth-warning)
+    local round n total=0
+    for round in 1 2 3; do
+        n=$("${cli[@]}" --scan --pattern "${REDIS_PREFIX}*" |
+            xargs -r -d '\n' -n 500 "${cli[@]}" UNLINK | awk '{ s += $1 } END { print s + 0 }') || return 1
+        total=$((total + n))
+        if [[ -z $("${cli[@]}" --scan --pattern "${REDIS_PREFIX}*" | head -n 1) ]]; then
+            say "Redis: $total keys ${REDIS_PREFIX}* deleted"
+            return 0
+        fi
+    done
+    say "Redis: keys ${REDIS_PREFIX}* are still there after $round rounds"
+    return 1
+}
+
+amqp_cleanup() {
+    local d
+    local -a args=(--amqp-url "$SECKILL_AMQP_URL" --prefix "$AMQP_PREFIX" --order-ttl-secs "$ORDER_TTL"
+        --queue "$AMQP_SCRATCH_QUEUE")
+    for d in "${RETRY_DELAYS[@]}"; do args+=(--retry-delay-ms "$d"); done
+    "$BENCH" amqp-cleanup "${args[@]}" >&2
+}
+
+# The run's scratch data, with the services stopped: databases, Redis keys, queues.
+remove_scratch() {
+    local rc=0
+    drop_scratch_dbs || {
+        say "could not drop the databases $STOCK_DB, $ORDER_DB, $PG_SCRATCH_DB"
+        rc=1
+    }
+    delete_redis_keys || rc=1
+    amqp_cleanup || {
+        say "could not delete the queues ${AMQP_PREFIX}* (seckill-bench amqp-cleanup failed)"
+        rc=1
+    }
+    return "$rc"
+}
+
 cleanup() {
     local rc=$?
     stop_pidfile "$BDIR/gateway-hop.pid" gateway
@@ -87,8 +176,16 @@ cleanup() {
     if ((SYSTEM_UP)); then
         # drain-backlog stops the order-service while it loads: never leave it stopped.
         if [[ -f run/order-service.pid ]]; then kill -CONT "$(cat run/order-service.pid)" 2>/dev/null || true; fi
-        say "stopping the system (scripts/down.sh)"
-        scripts/down.sh || rc=1
+        say "stopping the services (scripts/down.sh)"
+        SECKILL_KEEP_SERVERS=1 scripts/down.sh || rc=1
+        if ((SCRATCH)); then
+            say "removing the scratch data: databases $STOCK_DB $ORDER_DB $PG_SCRATCH_DB, Redis keys ${REDIS_PREFIX}*, queues ${AMQP_PREFIX}*"
+            remove_scratch || rc=1
+        fi
+        if [[ -s $SECKILL_STARTED_FILE ]]; then
+            say "stopping the servers this run started (scripts/down.sh)"
+            scripts/down.sh || rc=1
+        fi
     fi
     exit "$rc"
 }
@@ -106,25 +203,36 @@ for port in "$UPSTREAM_PORT" "$HOP_PORT"; do
         die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT."
     fi
 done
+for tool in psql redis-cli; do
+    command -v "$tool" >/dev/null 2>&1 ||
+        die "$tool not found: bench.sh needs it to remove its scratch data (postgresql-client, redis-tools)."
+done
 mkdir -p run "$BDIR" "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.svg
 trap cleanup EXIT
 
-# The benchmark leaves a few hundred thousand unpaid orders behind. With the usual 30-minute
-# TTL their expiry (release at stock-service, restock in Redis, a broadcast each) would run
-# during the next benchmark started within the half hour and disturb it: give them a week.
-export SECKILL__ORDER__TTL_SECS=${SECKILL__ORDER__TTL_SECS:-604800}
+# Every service up.sh starts (and the seckill-service restarted in phase B) works under these.
+export SECKILL_STOCK_DB=$STOCK_DB SECKILL_ORDER_DB=$ORDER_DB
+export SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX SECKILL__AMQP__PREFIX=$AMQP_PREFIX
 
-say "scripts/up.sh (release build, servers, the four services)"
 UP_START=$SECONDS
-SYSTEM_UP=1
-scripts/up.sh
-NOTES+=("scripts/up.sh (release build and start) took $((SECONDS - UP_START)) s before the first measurement.")
-NOTES+=("The orders this run created stay unpaid for SECKILL__ORDER__TTL_SECS=$SECKILL__ORDER__TTL_SECS s (instead of 30 minutes), so that their expiry does not load the next run.")
+SYSTEM_UP=1 # from here on the trap stops what was started (ensure_servers may start servers)
+ensure_servers || exit 1
+require_cargo || exit 1
+say "cargo build --release --bins"
+cargo build --release --bins
 BIN_DIR=${CARGO_TARGET_DIR:-target}/release
 [[ $BIN_DIR == /* ]] || BIN_DIR=$SECKILL_ROOT/$BIN_DIR
 BENCH=$BIN_DIR/seckill-bench
 [[ -x $BENCH ]] || die "$BENCH was not built (is crates/bench a workspace member?)"
+SCRATCH=1
+say "removing what an interrupted run may have left under the scratch names"
+remove_scratch || die "could not remove an earlier run's scratch data (see above); nothing was started"
+
+say "scripts/up.sh (the four services, databases $STOCK_DB and $ORDER_DB, Redis prefix $REDIS_PREFIX, AMQP prefix $AMQP_PREFIX)"
+scripts/up.sh
+NOTES+=("The release build and scripts/up.sh took $((SECONDS - UP_START)) s before the first measurement.")
+NOTES+=("The run used scratch names, removed by scripts/bench.sh when it ends (and at its start, should an interrupted run have left them): databases $STOCK_DB and $ORDER_DB ($PG_SCRATCH_DB for pgbench), Redis keys ${REDIS_PREFIX}*, queues and exchange ${AMQP_PREFIX}*; orders kept their configured TTL (order.ttl_secs = $ORDER_TTL s). The system's own databases, keys and queues were not touched.")
 
 # SECKILL__<SECTION>__* variables of the caller that binary $1 does not have would stop it at
 # start (its settings deny unknown sections): prints "-u VAR" for each, for env(1).
@@ -190,13 +298,11 @@ mapfile -t UNSET < <(foreign_env "http log redis amqp upstreams seckill")
 [[ -e run/seckill-service.log ]] && mv -f run/seckill-service.log run/seckill-service.log.1
 nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${UNSET[@]}" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" \
+    "SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX" "SECKILL__AMQP__PREFIX=$AMQP_PREFIX" \
     SECKILL__SECKILL__REQUIRE_TOKEN=false \
     "$BIN_DIR/seckill-service" </dev/null >run/seckill-service.log 2>&1 &
 echo $! >run/seckill-service.pid
-SECKILL_PORT=$(awk '
-    /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
-    section == "[http]" && /^[[:space:]]*port[[:space:]]*=/ { sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9].*$/, ""); print; exit }
-' config/seckill-service.toml 2>/dev/null || true)
+SECKILL_PORT=$(toml_value config/seckill-service.toml http port)
 wait_http "http://127.0.0.1:${SECKILL_PORT:-8081}/readyz" "$(cat run/seckill-service.pid)" seckill-service
 
 for i in $(seq 1 "$REPEAT"); do
@@ -216,7 +322,7 @@ done
 
 for i in $(seq 1 "$REPEAT"); do
     measure "amqp-publish #$i" amqp-publish --amqp-url "$SECKILL_AMQP_URL" --messages "$AMQP_MESSAGES" \
-        --in-flight 1000 --json "$OUT/amqp-publish.$i.json"
+        --in-flight 1000 --queue "$AMQP_SCRATCH_QUEUE" --json "$OUT/amqp-publish.$i.json"
 done
 
 # Redis: EVALSHA of the gate script (seckill_common::scripts::RESERVE) on a scratch sale with
@@ -225,7 +331,7 @@ redis_baseline() {
     _seckill_url_split "$SECKILL_REDIS_URL" 6379
     local host=$_SK_HOST port=$_SK_PORT sha out i pl name csv
     local -a cli=(redis-cli -h "$host" -p "$port")
-    local prefix="seckill-bench-scratch:seckill:{0}:"
+    local prefix="${REDIS_PREFIX}scratch:seckill:{0}:"
     local -a keys=("${prefix}stock" "${prefix}users" "${prefix}pending" "${prefix}result" "${prefix}token")
     [[ -n $_SK_PASS ]] && export REDISCLI_AUTH=$_SK_PASS
     if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
@@ -270,8 +376,9 @@ pg_baseline() {
             --out "$OUT/pg-hot-row.json"
         return 0
     fi
-    local db=seckill_bench_scratch_$$ script=$BDIR/pg-order.sql out tps lat i
-    psql -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/postgres" -c "CREATE DATABASE $db" >/dev/null
+    local db=$PG_SCRATCH_DB script=$BDIR/pg-order.sql out tps lat i
+    PGOPTIONS='-c client_min_messages=warning' psql -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/postgres" \
+        -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
     # The order-service's orders table and a stock row like stock-service's goods.
     psql -q -v ON_ERROR_STOP=1 "$SECKILL_PG_URL/$db" >/dev/null <<'SQL'
 CREATE TABLE goods (

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # scripts/down.sh: stop exactly what up.sh (and lib.sh's ensure_servers) started, nothing else.
 #
-#   1. the four services, gateway first, by the pids in run/<name>.pid: SIGTERM, up to
+#   1. the four services, gateway first, by the pids in run/<name>.pid, and what an interrupted
+#      scripts/bench.sh left running (its second gateway and trivial upstream, run/bench/*.pid):
+#      SIGTERM (and SIGCONT, for an order-service bench.sh had paused), up to
 #      SECKILL_STOP_TIMEOUT (default 30) seconds for a graceful exit, then SIGKILL;
 #   2. the servers recorded in run/servers.started (PostgreSQL via pg_ctlcluster stop, Redis via
 #      redis-cli shutdown nosave, RabbitMQ via rabbitmqctl stop); servers that were already
-#      running before are left alone.
-# Idempotent: with nothing recorded it only says so.
+#      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step (bench.sh removes
+#      its scratch data between the two steps).
+# Idempotent: with nothing recorded it only says so. A bench run's scratch databases, Redis keys
+# and queues are not touched here: bench.sh removes them at its end, or at its next start.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -17,17 +21,18 @@ STOP_TIMEOUT=${SECKILL_STOP_TIMEOUT:-30}
 stopped=0
 rc=0
 
-stop_service() {
-    local name=$1 pidfile=run/$1.pid pid deadline
+stop_service() { # stop_service NAME [PIDFILE]
+    local name=$1 pidfile=${2:-run/$1.pid} pid deadline
     [[ -f $pidfile ]] || return 0
     pid=$(cat "$pidfile" 2>/dev/null || true)
     if ! seckill_pid_alive "$pid" "$name"; then
         rm -f "$pidfile"
         return 0
     fi
-    seckill_say "stopping $name (pid $pid)"
+    seckill_say "stopping $name (pid $pid${2:+, $pidfile})"
     stopped=1
     kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
     deadline=$((SECONDS + STOP_TIMEOUT))
     while seckill_pid_alive "$pid" "$name" && ((SECONDS < deadline)); do
         sleep 0.5
@@ -45,10 +50,16 @@ stop_service() {
     rm -f "$pidfile"
 }
 
+stop_service gateway run/bench/gateway-hop.pid
+stop_service seckill-bench run/bench/upstream.pid
 for name in gateway order-service seckill-service stock-service; do
     stop_service "$name"
 done
 
+if [[ ${SECKILL_KEEP_SERVERS:-0} == 1 ]]; then
+    ((stopped)) || seckill_say "no service to stop"
+    exit "$rc"
+fi
 if [[ -s $SECKILL_STARTED_FILE ]]; then
     stopped=1
     stop_started_servers || rc=1

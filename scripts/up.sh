@@ -10,8 +10,12 @@
 #   4. creates a demo sale through the gateway and prints curl lines for one purchase.
 #
 # Environment: SECKILL_PG_URL, SECKILL_REDIS_URL, SECKILL_AMQP_URL (see lib.sh) choose the
-# servers; other SECKILL__SECTION__KEY variables reach the services that have that section.
-# SECKILL_READY_TIMEOUT (default 60) bounds each service's start. scripts/down.sh stops it all.
+# servers; SECKILL_STOCK_DB and SECKILL_ORDER_DB the databases of stock-service and
+# order-service on SECKILL_PG_URL (default seckill_stock and seckill_order; created if missing);
+# other SECKILL__SECTION__KEY variables reach the services that have that section (e.g.
+# SECKILL__REDIS__KEY_PREFIX, SECKILL__AMQP__PREFIX: scripts/bench.sh runs the system under
+# scratch names this way). SECKILL_READY_TIMEOUT (default 60) bounds each service's start.
+# scripts/down.sh stops it all.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -30,6 +34,8 @@ declare -A SECTIONS=(
     [stock-service]="http log database amqp"
 )
 READY_TIMEOUT=${SECKILL_READY_TIMEOUT:-60}
+STOCK_DB=${SECKILL_STOCK_DB:-seckill_stock}
+ORDER_DB=${SECKILL_ORDER_DB:-seckill_order}
 
 die() {
     seckill_say "$*"
@@ -125,6 +131,11 @@ wait_ready() {
 # Checks that cost nothing come first.
 
 command -v curl >/dev/null 2>&1 || die "curl not found: install it (apt-get install -y curl)."
+for db in "$STOCK_DB" "$ORDER_DB"; do
+    [[ $db =~ ^[a-z_][a-z0-9_]*$ ]] ||
+        die "database name '$db' (SECKILL_STOCK_DB / SECKILL_ORDER_DB): use lower-case letters, digits and _"
+done
+[[ $STOCK_DB != "$ORDER_DB" ]] || die "SECKILL_STOCK_DB and SECKILL_ORDER_DB must differ (both $STOCK_DB)"
 command -v python3 >/dev/null 2>&1 || seckill_say "note: python3 not found; using sed to read JSON, and the printed curl lines need python3"
 mkdir -p run
 
@@ -161,11 +172,11 @@ for name in "${SERVICES[@]}"; do
 done
 
 start_service stock-service "${PORT[stock-service]}" \
-    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_stock" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$STOCK_DB" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 start_service seckill-service "${PORT[seckill-service]}" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 start_service order-service "${PORT[order-service]}" \
-    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/seckill_order" \
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 start_service gateway "${PORT[gateway]}"
 

@@ -158,7 +158,7 @@ pub async fn serve_upstream(
 }
 
 /// `amqp-publish`: `messages` persistent publishes with confirms, `in_flight` unconfirmed at
-/// most, to a scratch durable queue deleted afterwards.
+/// most, to a scratch durable queue deleted afterwards (`queue`, else a random name).
 #[derive(Debug, Clone)]
 pub struct AmqpConfig {
     pub name: String,
@@ -166,6 +166,7 @@ pub struct AmqpConfig {
     pub messages: u64,
     pub in_flight: usize,
     pub body_bytes: usize,
+    pub queue: Option<String>,
     pub progress: bool,
     pub procs: Vec<ProcTarget>,
 }
@@ -179,7 +180,9 @@ pub async fn amqp_publish(cfg: &AmqpConfig) -> anyhow::Result<Report> {
     .with_context(|| format!("connecting to RabbitMQ at {}", redact(&cfg.url)))?;
     let channel = conn.create_channel().await?;
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
-    let queue = format!("seckill-bench.scratch.{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let queue = cfg.queue.clone().unwrap_or_else(|| {
+        format!("seckill-bench.scratch.{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    });
     channel
         .queue_declare(
             queue.as_str().into(),

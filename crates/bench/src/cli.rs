@@ -14,7 +14,7 @@ use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
 use crate::scenario::{self, Scenario, ScenarioConfig};
-use crate::{chart, machine};
+use crate::{chart, cleanup, machine};
 
 /// Exit status when a scenario ran but an invariant broke.
 pub const EXIT_INVARIANT: u8 = 3;
@@ -26,9 +26,10 @@ pub const EXIT_INVARIANT: u8 = 3;
     about = "Load generator and benchmarks of the seckill system, driven through the gateway",
     long_about = "Load generator and benchmarks of the seckill system, driven through the gateway.\n\n\
         Scenarios create their own sale with an admin dev token, mint every user's token before the clock \
-        starts, fire path token + order per click on a set number of keep-alive connections, poll each \
-        accepted user's result until it is final, check the invariants from outside, and report per call \
-        and outcome (requests/s, latency p50/p90/p99/p99.9/max), the drain, and each service's memory."
+        starts, fire path token + order per click on a set number of keep-alive connections (hot-user: one \
+        path token before the clock, then order clicks presenting it), poll each accepted user's result \
+        until it is final, check the invariants from outside, and report per call and outcome (requests/s, \
+        latency p50/p90/p99/p99.9/max), the drain, and each service's memory."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -44,7 +45,9 @@ pub enum Command {
     /// Sells a sale out (1 unit), then hammers it for --duration (10 s) on 200 connections,
     /// cycling through --users (10,000) so the per-user rate limit is not what answers.
     SoldOut(ScenarioArgs),
-    /// One user clicking --clicks (1,000) times on 50 connections: mostly 409 and 429.
+    /// One user hammering the buy button: one path token before the clock, then --clicks
+    /// (1,000) orders presenting it on 50 connections: one 202, the rest refused (403 BAD_TOKEN
+    /// once the token is used, 409 REPEATED without tokens, 429 RATE_LIMITED).
     HotUser(ScenarioArgs),
     /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
     /// drain (first 202 to the last order row written; with --pause-pid, the consumer alone).
@@ -55,6 +58,9 @@ pub enum Command {
     Upstream(UpstreamArgs),
     /// Persistent publishes with publisher confirms to a scratch queue (deleted afterwards).
     AmqpPublish(AmqpArgs),
+    /// Deletes the queues and the exchange the services declare under --prefix (a bench run's
+    /// scratch names; an empty prefix is refused), whatever they hold.
+    AmqpCleanup(AmqpCleanupArgs),
     /// Prints the gate's Lua script (seckill_common::scripts::RESERVE), for redis-benchmark.
     GateScript,
     /// Records a figure measured by another tool (JSON for `markdown`).
@@ -121,7 +127,7 @@ pub struct ScenarioArgs {
     /// start). Without it: closed loop, as fast as the connections are answered.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Order without asking for a path token first (for seckill.require_token=false).
+    /// Order without a path token (for seckill.require_token=false).
     #[arg(long)]
     pub no_path_token: bool,
     /// The first user id (users are consecutive from it).
@@ -256,8 +262,29 @@ pub struct AmqpArgs {
     pub body_bytes: usize,
     #[arg(long, default_value = "amqp-publish")]
     pub name: String,
+    /// The scratch queue's name (default: `seckill-bench.scratch.<random>`).
+    #[arg(long)]
+    pub queue: Option<String>,
     #[command(flatten)]
     pub out: Output,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AmqpCleanupArgs {
+    #[arg(long, env = "SECKILL_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+    /// The services' `amqp.prefix` (SECKILL__AMQP__PREFIX), e.g. `seckill-bench.`.
+    #[arg(long)]
+    pub prefix: String,
+    /// The order-service's `order.ttl_secs`: it names the delay queue (repeatable).
+    #[arg(long = "order-ttl-secs", default_values_t = [1_800])]
+    pub order_ttl_secs: Vec<u64>,
+    /// The services' `amqp.retry_delay_ms`: it names the retry queues (repeatable).
+    #[arg(long = "retry-delay-ms", default_values_t = [1_000])]
+    pub retry_delay_ms: Vec<u64>,
+    /// Another queue to delete; it must start with the prefix too (repeatable).
+    #[arg(long = "queue")]
+    pub queues: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -382,12 +409,26 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 messages: a.messages,
                 in_flight: a.in_flight,
                 body_bytes: a.body_bytes,
+                queue: a.queue.clone(),
                 progress: !a.out.no_progress,
                 procs: a.out.procs(),
             };
             let report = baseline::amqp_publish(&cfg).await?;
             emit(&report, &a.out)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::AmqpCleanup(a) => {
+            let names =
+                cleanup::ScratchNames::new(&a.prefix, &a.order_ttl_secs, &a.retry_delay_ms, &a.queues)?;
+            let done = cleanup::delete(&a.amqp_url, &names).await?;
+            println!(
+                "amqp-cleanup: {} queues under {} deleted ({} messages in them), {} exchanges",
+                done.queues, a.prefix, done.messages, done.exchanges
+            );
+            for f in &done.failed {
+                eprintln!("amqp-cleanup: not deleted: {f}");
+            }
+            Ok(if done.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::GateScript => {
             print!("{}", seckill_common::scripts::RESERVE);
@@ -544,5 +585,7 @@ mod tests {
         assert_eq!((d.users, d.stock, d.connections), (20_000, 1_000, 500));
         let d = ScenarioConfig::new(Scenario::HotUser, "http://x");
         assert_eq!((d.users, d.clicks), (1, Some(1_000)));
+        assert!(d.path_token && d.path_token_once);
+        assert!(!ScenarioConfig::new(Scenario::Spike, "http://x").path_token_once);
     }
 }

@@ -1,6 +1,7 @@
 //! The sale's invariants, checked from outside on what the buyers saw: nobody accepted twice,
-//! distinct order ids, no oversell, winners = min(stock, users), nothing left `queued`, every
-//! accepted request ending in `success` or `failed`, and the authority's stock agreeing.
+//! distinct order ids, no oversell, winners = min(stock, users) (users who clicked several
+//! times: every accepted user wins while units last), nothing left `queued`, every accepted
+//! request ending in `success` or `failed`, and the authority's stock agreeing.
 
 use std::collections::HashMap;
 
@@ -61,6 +62,7 @@ pub const STOCK_AGREES: &str = "stock_available = stock - winners";
 /// call failed, and that check fails saying so).
 pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<Check> {
     let users = buyers.iter().filter(|b| b.clicks > 0).count() as i64;
+    let accepted_users = buyers.iter().filter(|b| b.accepted > 0).count() as i64;
     let winners: Vec<&Buyer> = buyers.iter().filter(|b| b.result == Some(FinalState::Success)).collect();
     let n_winners = winners.len() as i64;
     let undecided: u32 = buyers.iter().map(|b| b.undecided_clicks).sum();
@@ -121,12 +123,16 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
         )
     } else {
         // Users clicked several times (hot-user, sold-out): a click refused by the rate limit
-        // or the sold-out flag is a fair answer, so only the bound is checked.
+        // or the sold-out flag is a fair answer, so not every user need win; but each user who
+        // had a click accepted wins while units last (hot-user: the one accepted request ends
+        // in success), and never more than min(stock, users).
+        let want = stock.min(accepted_users);
         Check::new(
             WINNERS,
-            n_winners <= expected,
+            n_winners == want && n_winners <= expected,
             format!(
-                "users clicked several times: {n_winners} winners, at most min({stock}, {users}) = {expected}"
+                "users clicked several times: {n_winners} winners; {accepted_users} users had a click accepted, \
+                 so min({stock}, {accepted_users}) = {want} expected (at most min({stock}, {users}) = {expected})"
             ),
         )
     });
@@ -268,6 +274,30 @@ mod tests {
         let checks = check(&two, 1, Some(0));
         let failed = failing(&checks);
         assert!(failed.contains(&WINNERS) && failed.contains(&NO_OVERSELL), "{failed:?}");
+    }
+
+    #[test]
+    fn a_hot_users_one_accepted_click_must_end_in_success() {
+        // One user, 1,000 clicks: one 202 (polled to success), the rest refused.
+        let won = Buyer {
+            user_id: 7,
+            clicks: 1_000,
+            accepted: 1,
+            undecided_clicks: 900,
+            result: Some(FinalState::Success),
+            order_id: Some(42),
+            answered_us: Some(20_000),
+        };
+        let checks = check(std::slice::from_ref(&won), 10, Some(9));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+
+        // The one accepted request failed although units were left: not a winner.
+        let failed = Buyer { result: Some(FinalState::Failed), order_id: None, ..won.clone() };
+        assert_eq!(failing(&check(std::slice::from_ref(&failed), 10, Some(10))), [WINNERS]);
+
+        // Two clicks accepted for the one user.
+        let twice = Buyer { accepted: 2, ..won };
+        assert_eq!(failing(&check(&[twice], 10, Some(9))), [NOBODY_TWICE]);
     }
 
     #[test]

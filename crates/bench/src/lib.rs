@@ -3,12 +3,14 @@
 //! It drives a running system through the gateway like real buyers (named scenarios: `seed`,
 //! `spike`, `sold-out`, `hot-user`, `drain`), checks the sale's invariants from outside, and
 //! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
-//! scripts/bench.sh can publish figures as ratios to baselines. The library API is what the
+//! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
+//! scratch queues. The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
 //! [`scenario::ScenarioConfig`] returns a [`report::Report`].
 
 pub mod baseline;
 pub mod chart;
+pub mod cleanup;
 pub mod cli;
 pub mod client;
 pub mod invariants;

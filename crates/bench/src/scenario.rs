@@ -2,6 +2,8 @@
 //! admin, mint every user's token (untimed), then on a set number of keep-alive connections
 //! fire path token + order per click (closed loop, or open loop at `rate` clicks/s), poll each
 //! accepted user's result until it is final, and check the invariants from outside.
+//! `hot-user` is one user hammering the buy button: the path token is fetched once, before
+//! the clock, and every click is an order presenting it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -36,7 +38,8 @@ pub enum Scenario {
     Spike,
     /// Hammering a sold-out sale for a while: the in-process flag.
     SoldOut,
-    /// One user clicking 1,000 times.
+    /// One user hammering the buy button: one path token (before the clock), then 1,000 order
+    /// clicks with it.
     HotUser,
     /// 50,000 accepted requests on a big stock: the consumer's throughput.
     Drain,
@@ -72,8 +75,11 @@ pub struct ScenarioConfig {
     /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
     /// start). `None`: closed loop, each connection clicks again as soon as it is answered.
     pub rate: Option<f64>,
-    /// Ask for the path token before each order (off for `seckill.require_token=false`).
+    /// Present a path token with each order (off for `seckill.require_token=false`).
     pub path_token: bool,
+    /// With `path_token`: fetch each user's token once, before the clock, and present it on
+    /// every click (`hot-user`), instead of asking for one at the start of each click.
+    pub path_token_once: bool,
     /// The first user id; users are `first_user..first_user + users`.
     pub first_user: i64,
     pub poll_interval: Duration,
@@ -115,6 +121,7 @@ impl ScenarioConfig {
             duration: (scenario == Scenario::SoldOut).then_some(Duration::from_secs(10)),
             rate: None,
             path_token: true,
+            path_token_once: scenario == Scenario::HotUser,
             first_user: 10_000,
             poll_interval: Duration::from_millis(50),
             poll_connections: 0,
@@ -181,6 +188,17 @@ impl ClickSource {
     }
 }
 
+/// Where a click's path token comes from.
+#[derive(Clone)]
+enum PathTokens {
+    /// None is presented (`seckill.require_token = false`).
+    Off,
+    /// Asked for at the start of each click (`POST .../token`, then the order).
+    PerClick,
+    /// Each user's token, fetched before the clock, presented on every click.
+    Fetched(Arc<Vec<HeaderValue>>),
+}
+
 /// One click's outcome.
 #[derive(Debug, Clone, Copy)]
 struct Click {
@@ -224,6 +242,23 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             cfg.stock
         ));
     }
+    let path_tokens = match (cfg.path_token, cfg.path_token_once) {
+        (false, _) => PathTokens::Off,
+        (true, false) => PathTokens::PerClick,
+        (true, true) => {
+            let fetched = fetch_path_tokens(&mut conns[0], &tokens, &paths).await?;
+            let who = match fetched.len() {
+                1 => "the user".to_owned(),
+                n => format!("each of the {n} users"),
+            };
+            notes.push(format!(
+                "before the clock: {who} asked for a path token once (POST {}, one call of the per-user rate \
+                 limit); every click was an order presenting it",
+                paths.token
+            ));
+            PathTokens::Fetched(Arc::new(fetched))
+        }
+    };
 
     // The timed phase.
     let total_clicks = match cfg.scenario {
@@ -269,7 +304,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             paths.clone(),
             accepted_tx.clone(),
             clock,
-            cfg.path_token,
+            path_tokens.clone(),
             progress.counter.clone(),
         ));
     }
@@ -436,6 +471,7 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
             "duration_secs": cfg.duration.map(|d| d.as_secs_f64()),
             "rate": cfg.rate,
             "path_token": cfg.path_token,
+            "path_token_once": cfg.path_token && cfg.path_token_once,
             "first_user": cfg.first_user,
             "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
             "poll_connections": cfg.poll_connections,
@@ -509,7 +545,7 @@ async fn buy_worker(
     paths: Arc<Paths>,
     accepted: mpsc::UnboundedSender<(usize, u32)>,
     clock: Clock,
-    path_token: bool,
+    path_tokens: PathTokens,
     done: Arc<AtomicU64>,
 ) -> WorkerOut {
     let mut out = WorkerOut::default();
@@ -521,7 +557,10 @@ async fn buy_worker(
         let bearer = &tokens[user];
         let mut start = scheduled.unwrap_or_else(Instant::now);
         let mut presented = None;
-        if path_token {
+        if let PathTokens::Fetched(fetched) = &path_tokens {
+            presented = Some(fetched[user].clone());
+        }
+        if matches!(path_tokens, PathTokens::PerClick) {
             let a = conn.send(Req::post(&paths.token).bearer(bearer)).await;
             let end = Instant::now();
             out.events.push(clock.event(Call::PathToken, a.status, start, end));
@@ -859,6 +898,28 @@ async fn sell_out(
         sold += 1;
     }
     Ok(sold)
+}
+
+/// Each user's path token (`POST /api/seckill/{id}/token`), asked for once before the clock.
+async fn fetch_path_tokens(
+    conn: &mut Conn,
+    tokens: &[HeaderValue],
+    paths: &Paths,
+) -> anyhow::Result<Vec<HeaderValue>> {
+    let mut out = Vec::with_capacity(tokens.len());
+    for bearer in tokens {
+        let a = conn.send(Req::post(&paths.token).bearer(bearer)).await;
+        if a.status != 200 {
+            bail!(
+                "the path token before the clock: HTTP {} ({})",
+                a.status,
+                String::from_utf8_lossy(&a.body)
+            );
+        }
+        let t: TokenResponse = serde_json::from_slice(&a.body).context("the path token answer")?;
+        out.push(HeaderValue::from_str(&t.token)?);
+    }
+    Ok(out)
 }
 
 /// A dev token for `user` with `role`, from `POST /api/auth/dev-token`.

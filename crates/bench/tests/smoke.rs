@@ -1,7 +1,7 @@
 //! The tool's smoke test, the one CI runs: the whole system in-process on port 0 (the harness of
 //! crates/e2e, against the real PostgreSQL, Redis and RabbitMQ), the `seed` scenario at a tiny
 //! size through the library API, and its report: invariants hold, counts add up, JSON, chart
-//! and markdown.
+//! and markdown; and `hot-user` at a small size: exactly one order accepted.
 //! Plus the `upstream` + `http` baseline pair, which needs no servers.
 
 use std::time::Duration;
@@ -70,6 +70,40 @@ async fn a_tiny_seed_scenario_holds_its_invariants() {
     let md = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
     assert!(md.contains("### seed") && md.contains("bench/seed.svg"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// One user hammering the buy button (path tokens required, the gateway's default per-user
+/// limit, burst 40): the path token is asked for once before the clock, so every timed call is
+/// an order; exactly one is accepted and ends in success, the others are refused (the used
+/// token, the repeat, the rate limit), and the invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_user_gets_exactly_one_order_accepted() {
+    let sys = seckill_e2e::spawn_system();
+    let mut cfg = ScenarioConfig::new(Scenario::HotUser, sys.gateway.url());
+    cfg.clicks = Some(200);
+    cfg.connections = 10;
+    cfg.poll_connections = 2;
+    cfg.progress = false;
+    cfg.final_timeout = Duration::from_secs(60);
+    let report = scenario::run(&cfg).await.expect("the scenario runs");
+    println!("{}", report.render());
+
+    assert!(report.invariants_hold(), "{:#?}", report.invariants);
+    let buy = report.buy.as_ref().expect("a buy summary");
+    assert_eq!((buy.users, buy.clicks), (1, 200));
+    assert_eq!(buy.accepted, 1, "{buy:?}");
+    assert_eq!((buy.success, buy.failed, buy.still_queued), (1, 0, 0));
+    assert_eq!(buy.stock_available, Some(buy.stock - 1));
+
+    // No path token inside the clock: 200 order calls, 202 once, the rest refused.
+    assert_eq!(count(&report, "path-token", "all"), 0);
+    assert_eq!(count(&report, "order", "all"), 200);
+    assert_eq!(count(&report, "order", "202"), 1);
+    let refused: u64 = ["403", "409", "429"].iter().map(|o| count(&report, "order", o)).sum();
+    assert_eq!(refused, 199, "{:#?}", report.calls);
+    assert!(count(&report, "order", "429") > 0, "the rate limit never answered: {:#?}", report.calls);
+    assert_eq!(report.params["path_token_once"], true);
+    assert!(report.notes.iter().any(|n| n.contains("path token once")), "{:?}", report.notes);
 }
 
 /// The one-hop baseline's pieces: the trivial upstream answers, and `http` load counts it.
