@@ -1,39 +1,37 @@
 //! The order consumer's side of Redis: claiming reservations and telling buyers how their
 //! request ended. Batches go in one pipeline each.
 
-use deadpool_redis::Pool;
-use deadpool_redis::redis;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::StoredResult;
-use seckill_infra::redis::{Scripts, is_noscript};
+use seckill_infra::redis::{Redis, Scripts, is_noscript};
 
 pub struct ResultStore {
-    pool: Pool,
+    redis: Redis,
     scripts: Scripts,
     keys: RedisKeys,
 }
 
 impl ResultStore {
-    pub fn new(pool: Pool, keys: RedisKeys) -> Self {
-        Self { pool, scripts: Scripts::new(), keys }
+    pub fn new(redis: Redis, keys: RedisKeys) -> Self {
+        Self { redis, scripts: Scripts::new(), keys }
     }
 
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    pub fn redis(&self) -> &Redis {
+        &self.redis
     }
 
     pub async fn load_scripts(&self) -> anyhow::Result<()> {
-        self.scripts.load(&self.pool).await
+        self.scripts.load(&self.redis).await
     }
 
     /// Runs a pipeline of script calls; if Redis lost the scripts (a restart), loads them and
     /// runs it once more. Safe to repeat: every script here is idempotent.
     async fn run<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
-        let mut conn = self.pool.get().await?;
+        let mut conn = self.redis.clone();
         match pipe.query_async(&mut conn).await {
             Err(e) if is_noscript(&e) => {
-                self.scripts.load(&self.pool).await?;
+                self.scripts.load(&self.redis).await?;
                 Ok(pipe.query_async(&mut conn).await?)
             }
             other => Ok(other?),

@@ -34,7 +34,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let url = settings.database_url();
     seckill_db::prepare(&url, MIGRATIONS).await?;
     let pool = seckill_db::pool(&settings.database, &url)?;
-    let redis = seckill_infra::redis::pool(&settings.redis)?;
+    let redis = seckill_infra::redis::connect(&settings.redis)?;
     let results = ResultStore::new(redis, RedisKeys::new(settings.redis.key_prefix.clone()));
     results
         .load_scripts()

@@ -6,7 +6,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use futures_util::future::join_all;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::config::RedisSettings;
 use seckill_common::keys::RedisKeys;
@@ -20,8 +21,8 @@ fn gate_call(c: &mut Criterion) {
     let names = TestNames::new();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let settings = RedisSettings { url: seckill_testkit::redis_url(), ..RedisSettings::default() };
-    let pool = seckill_infra::redis::pool(&settings).unwrap();
-    let gate = Gate::new(pool, RedisKeys::new(names.redis_prefix.clone()), Duration::from_secs(2));
+    let redis = runtime.block_on(async { seckill_infra::redis::connect(&settings) }).unwrap();
+    let gate = Gate::new(redis, RedisKeys::new(names.redis_prefix.clone()), Duration::from_secs(2));
     let g = GoodsId::new(1).unwrap();
     let ready = runtime.block_on(async {
         gate.load_scripts().await?;
@@ -47,6 +48,21 @@ fn gate_call(c: &mut Criterion) {
             }
         })
     });
+    // A spike: 100 buyers at once share the one connection, their calls pipelined.
+    group.throughput(Throughput::Elements(100));
+    group.bench_function("reserve_accepted_100_at_once", |b| {
+        b.to_async(&runtime).iter(|| {
+            let first = next_user;
+            next_user += 100;
+            let gate = &gate;
+            join_all((1..=100).map(move |i| async move {
+                let u = UserId::new(first + i).unwrap();
+                let outcome = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
+                assert!(matches!(outcome, Reserve::Reserved { .. }));
+            }))
+        })
+    });
+    group.throughput(Throughput::Elements(1));
     // The same user again: the script's early answer.
     group.bench_function("reserve_repeated", |b| {
         let u = UserId::new(1).unwrap();

@@ -3,19 +3,16 @@
 
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, AsyncCommands};
-use deadpool_redis::{Connection, Pool};
+use redis::AsyncCommands;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{self, StoredResult};
 use seckill_common::{GoodsId, UserId};
-use seckill_infra::redis::Scripts;
+use seckill_infra::redis::{Redis, Scripts};
 use seckill_web::ApiError;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
-    #[error("redis pool: {0}")]
-    Pool(#[from] deadpool_redis::PoolError),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("redis did not answer within {0:?}")]
@@ -43,19 +40,19 @@ pub enum Reserve {
 }
 
 pub struct Gate {
-    pool: Pool,
+    redis: Redis,
     scripts: Scripts,
     keys: RedisKeys,
     timeout: Duration,
 }
 
 impl Gate {
-    pub fn new(pool: Pool, keys: RedisKeys, timeout: Duration) -> Self {
-        Self { pool, scripts: Scripts::new(), keys, timeout }
+    pub fn new(redis: Redis, keys: RedisKeys, timeout: Duration) -> Self {
+        Self { redis, scripts: Scripts::new(), keys, timeout }
     }
 
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    pub fn redis(&self) -> &Redis {
+        &self.redis
     }
 
     pub fn keys(&self) -> &RedisKeys {
@@ -64,11 +61,12 @@ impl Gate {
 
     /// Loads the scripts into Redis (EVALSHA then finds them on the first call).
     pub async fn load_scripts(&self) -> anyhow::Result<()> {
-        self.scripts.load(&self.pool).await
+        self.scripts.load(&self.redis).await
     }
 
-    async fn conn(&self) -> Result<Connection, GateError> {
-        Ok(self.pool.get().await?)
+    /// A handle on the shared connection (a clone costs an Arc).
+    fn conn(&self) -> Redis {
+        self.redis.clone()
     }
 
     async fn bounded<T>(&self, fut: impl Future<Output = Result<T, GateError>>) -> Result<T, GateError> {
@@ -79,7 +77,7 @@ impl Gate {
     /// count across restarts of this service. Returns true if this call loaded it.
     pub async fn load_stock(&self, g: GoodsId, available: i64) -> Result<bool, GateError> {
         self.bounded(async {
-            let mut conn = self.conn().await?;
+            let mut conn = self.conn();
             let set: bool = redis::cmd("SET")
                 .arg(self.keys.stock(g))
                 .arg(available)
@@ -102,7 +100,7 @@ impl Gate {
     ) -> Result<Reserve, GateError> {
         let code: i64 = self
             .bounded(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.conn();
                 Ok(self
                     .scripts
                     .reserve
@@ -139,7 +137,7 @@ impl Gate {
     ) -> Result<bool, GateError> {
         let undone: i64 = self
             .bounded(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.conn();
                 Ok(self
                     .scripts
                     .undo
@@ -162,7 +160,7 @@ impl Gate {
     pub async fn restore(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<bool, GateError> {
         let restored: i64 = self
             .bounded(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.conn();
                 Ok(self
                     .scripts
                     .restore
@@ -189,7 +187,7 @@ impl Gate {
             pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}")).ignore();
         }
         self.bounded(async {
-            let mut conn = self.conn().await?;
+            let mut conn = self.conn();
             pipe.query_async::<()>(&mut conn).await?;
             Ok(())
         })
@@ -200,7 +198,7 @@ impl Gate {
     pub async fn unconfirmed(&self, g: GoodsId, before_ms: i64) -> Result<Vec<(UserId, Uuid)>, GateError> {
         let members: Vec<String> = self
             .bounded(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.conn();
                 Ok(conn.zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500).await?)
             })
             .await?;
@@ -217,7 +215,7 @@ impl Gate {
     pub async fn path_token(&self, g: GoodsId, u: UserId, ttl_secs: u64) -> Result<String, GateError> {
         let fresh = Uuid::new_v4().simple().to_string();
         self.bounded(async {
-            let mut conn = self.conn().await?;
+            let mut conn = self.conn();
             Ok(self
                 .scripts
                 .path_token
@@ -233,7 +231,7 @@ impl Gate {
     pub async fn result(&self, g: GoodsId, u: UserId) -> Result<Option<StoredResult>, GateError> {
         let raw: Option<String> = self
             .bounded(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.conn();
                 Ok(conn.get(self.keys.result(g, u)).await?)
             })
             .await?;
@@ -243,7 +241,7 @@ impl Gate {
     /// Units left in Redis, if the sale is loaded.
     pub async fn stock(&self, g: GoodsId) -> Result<Option<i64>, GateError> {
         self.bounded(async {
-            let mut conn = self.conn().await?;
+            let mut conn = self.conn();
             Ok(conn.get(self.keys.stock(g)).await?)
         })
         .await

@@ -16,7 +16,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let redis = seckill_infra::redis::ping(state.gate.pool()).await;
+    let redis = seckill_infra::redis::ping(state.gate.redis()).await;
     let broker = if state.publisher.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) };
     seckill_web::health::readiness(&[("redis", redis), ("broker", broker)])
 }

@@ -20,7 +20,7 @@ use crate::{broadcast, reconcile, routes};
 
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
-    let redis = seckill_infra::redis::pool(&settings.redis)?;
+    let redis = seckill_infra::redis::connect(&settings.redis)?;
     let gate = Arc::new(Gate::new(
         redis,
         RedisKeys::new(settings.redis.key_prefix.clone()),

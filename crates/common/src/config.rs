@@ -124,7 +124,6 @@ impl DatabaseSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: String,
-    pub pool_size: usize,
     /// Put before every key (tests give each run its own).
     pub key_prefix: String,
     /// How long a call waits for a connection and an answer before answering 503.
@@ -133,12 +132,7 @@ pub struct RedisSettings {
 
 impl Default for RedisSettings {
     fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379".into(),
-            pool_size: 32,
-            key_prefix: String::new(),
-            timeout_ms: 2_000,
-        }
+        Self { url: "redis://127.0.0.1:6379".into(), key_prefix: String::new(), timeout_ms: 2_000 }
     }
 }
 

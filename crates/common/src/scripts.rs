@@ -9,16 +9,17 @@
 /// (empty when not required).
 /// Returns the units left after this reservation (>= 0), or a refusal code below.
 /// Order of checks: the sale is loaded (else nothing is touched, not even the token, so the
-/// caller can load it and call again), token (a wrong one consumes nothing), repeat, stock: a
-/// repeat click never touches the stock, and stock never goes below zero.
+/// caller can load it and call again); repeat (a buyer who holds a unit is told so whatever
+/// token the click carries, and a repeat click never touches the token or the stock); token
+/// (a wrong one consumes nothing); stock, which never goes below zero.
 pub const RESERVE: &str = r"
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if stock == nil then return -2 end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return -1 end
 if ARGV[4] ~= '' then
   if redis.call('GET', KEYS[5]) ~= ARGV[4] then return -3 end
   redis.call('DEL', KEYS[5])
 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return -1 end
 if stock <= 0 then return -4 end
 redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])

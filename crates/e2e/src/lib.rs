@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use deadpool_redis::redis::AsyncCommands;
 use diesel_async::RunQueryDsl;
+use redis::AsyncCommands;
 use seckill_common::GoodsId;
 use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
@@ -279,12 +279,8 @@ impl System {
         serde_json::from_value(body).unwrap()
     }
 
-    pub async fn redis(&self) -> deadpool_redis::redis::aio::MultiplexedConnection {
-        deadpool_redis::redis::Client::open(redis_url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap()
     }
 
     pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {

@@ -1,4 +1,4 @@
-//! Redis and RabbitMQ plumbing shared by seckill-service and order-service: the Redis pool and
+//! Redis and RabbitMQ plumbing shared by seckill-service and order-service: the shared Redis connection and
 //! the buy-path scripts, the AMQP connection, the queue topology (declared in one place), and
 //! a publisher that waits for the broker's confirms, and the typed client of stock-service.
 
@@ -10,7 +10,7 @@ pub mod stock_client;
 /// True when the error chain holds an outage of Redis, the broker or stock-service (after its
 /// retries): consumers then hand messages back without counting a try against them.
 pub fn is_outage(e: &anyhow::Error) -> bool {
-    use deadpool_redis::redis::RedisError;
+    use ::redis::RedisError;
     e.chain().any(|cause| {
         if let Some(e) = cause.downcast_ref::<RedisError>() {
             return e.is_io_error()
@@ -21,8 +21,6 @@ pub fn is_outage(e: &anyhow::Error) -> bool {
         if let Some(e) = cause.downcast_ref::<stock_client::StockError>() {
             return matches!(e, stock_client::StockError::Unavailable(_));
         }
-        cause.is::<deadpool_redis::PoolError>()
-            || cause.is::<amqp::PublishError>()
-            || cause.is::<lapin::Error>()
+        cause.is::<amqp::PublishError>() || cause.is::<lapin::Error>()
     })
 }

@@ -1,26 +1,34 @@
-//! The Redis pool and the buy-path scripts, loaded once at start and run with EVALSHA.
+//! The Redis connection and the buy-path scripts, loaded once at start and run with EVALSHA.
 
-use deadpool_redis::redis::{self, Script};
-use deadpool_redis::{Pool, Runtime};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
 use seckill_common::config::RedisSettings;
 use seckill_common::scripts;
 
-/// A pool whose waits are bounded, so a Redis outage turns into quick 503s rather than hangs.
-pub fn pool(settings: &RedisSettings) -> anyhow::Result<Pool> {
-    let timeout = Some(settings.timeout());
-    Ok(deadpool_redis::Config::from_url(settings.url.clone())
-        .builder()?
-        .max_size(settings.pool_size.max(1))
-        .wait_timeout(timeout)
-        .create_timeout(timeout)
-        .recycle_timeout(timeout)
-        .runtime(Runtime::Tokio1)
-        .build()?)
+/// The process's Redis connection: one multiplexed connection shared by every request (a
+/// cheap clone), on which concurrent calls are pipelined: under a spike one socket write
+/// carries many gate calls and Redis reads them in one go. It reconnects by itself.
+pub type Redis = ConnectionManager;
+
+/// Opens nothing yet (the first call connects), so a service starts while Redis is down and
+/// answers 503 until it is back. A connection attempt and an answer each wait at most
+/// `redis.timeout_ms`; a failed attempt is not retried in a loop: the next call tries again,
+/// so an outage is a quick 503, not a hang.
+pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
+    let client = Client::open(settings.url.as_str())?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.timeout()))
+        .set_response_timeout(Some(settings.timeout()))
+        .set_number_of_retries(0)
+        .set_min_delay(Duration::from_millis(10));
+    Ok(ConnectionManager::new_lazy_with_config(client, config)?)
 }
 
 /// `/readyz` check.
-pub async fn ping(pool: &Pool) -> Result<(), String> {
-    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+pub async fn ping(redis: &Redis) -> Result<(), String> {
+    let mut conn = redis.clone();
     redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
@@ -54,8 +62,8 @@ impl Scripts {
 
     /// SCRIPT LOAD each one, so EVALSHA (alone or pipelined) finds them. Single calls also
     /// reload by themselves on NOSCRIPT (after a Redis restart); pipelines call this again.
-    pub async fn load(&self, pool: &Pool) -> anyhow::Result<()> {
-        let mut conn = pool.get().await?;
+    pub async fn load(&self, redis: &Redis) -> anyhow::Result<()> {
+        let mut conn = redis.clone();
         for s in [&self.reserve, &self.undo, &self.claim, &self.fail_claimed, &self.restore, &self.path_token]
         {
             s.prepare_invoke().load_async(&mut conn).await?;

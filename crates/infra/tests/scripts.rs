@@ -1,16 +1,16 @@
 //! The buy-path Lua scripts against a real Redis: each test under its own key prefix.
 
-use deadpool_redis::redis::{self, AsyncCommands};
 use futures_util::future::join_all;
+use redis::AsyncCommands;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED, RESERVE_SOLD_OUT};
 use seckill_common::{GoodsId, UserId};
-use seckill_infra::redis::{Scripts, pool};
+use seckill_infra::redis::{Redis, Scripts, connect};
 use seckill_testkit::{TestNames, redis_url};
 use uuid::Uuid;
 
 struct Fixture {
-    pool: deadpool_redis::Pool,
+    redis: Redis,
     scripts: Scripts,
     keys: RedisKeys,
     g: GoodsId,
@@ -24,18 +24,18 @@ async fn fixture(stock: Option<i64>) -> Fixture {
         key_prefix: names.redis_prefix.clone(),
         ..Default::default()
     };
-    let pool = pool(&settings).unwrap();
+    let redis = connect(&settings).unwrap();
     let scripts = Scripts::new();
-    scripts.load(&pool).await.unwrap();
+    scripts.load(&redis).await.unwrap();
     let f = Fixture {
-        pool,
+        redis,
         scripts,
         keys: RedisKeys::new(names.redis_prefix.clone()),
         g: GoodsId::new(1).unwrap(),
         _names: names,
     };
     if let Some(n) = stock {
-        let mut c = f.pool.get().await.unwrap();
+        let mut c = f.redis.clone();
         let _: () = c.set(f.keys.stock(f.g), n).await.unwrap();
     }
     f
@@ -47,7 +47,7 @@ fn u(id: i64) -> UserId {
 
 impl Fixture {
     async fn reserve(&self, user: UserId, rid: Uuid, token: &str) -> i64 {
-        let mut c = self.pool.get().await.unwrap();
+        let mut c = self.redis.clone();
         self.scripts
             .reserve
             .key(self.keys.stock(self.g))
@@ -65,7 +65,7 @@ impl Fixture {
     }
 
     async fn undo(&self, user: UserId, rid: Uuid) -> i64 {
-        let mut c = self.pool.get().await.unwrap();
+        let mut c = self.redis.clone();
         self.scripts
             .undo
             .key(self.keys.stock(self.g))
@@ -81,7 +81,7 @@ impl Fixture {
     }
 
     async fn claim(&self, user: UserId, rid: Uuid) -> i64 {
-        let mut c = self.pool.get().await.unwrap();
+        let mut c = self.redis.clone();
         self.scripts
             .claim
             .key(self.keys.users(self.g))
@@ -94,7 +94,7 @@ impl Fixture {
     }
 
     async fn fail_claimed(&self, user: UserId, rid: Uuid, give_back: bool) {
-        let mut c = self.pool.get().await.unwrap();
+        let mut c = self.redis.clone();
         let _: i64 = self
             .scripts
             .fail_claimed
@@ -110,19 +110,19 @@ impl Fixture {
     }
 
     async fn stock(&self) -> Option<i64> {
-        self.pool.get().await.unwrap().get(self.keys.stock(self.g)).await.unwrap()
+        self.redis.clone().get(self.keys.stock(self.g)).await.unwrap()
     }
 
     async fn holders(&self) -> i64 {
-        self.pool.get().await.unwrap().hlen(self.keys.users(self.g)).await.unwrap()
+        self.redis.clone().hlen(self.keys.users(self.g)).await.unwrap()
     }
 
     async fn result(&self, user: UserId) -> Option<String> {
-        self.pool.get().await.unwrap().get(self.keys.result(self.g, user)).await.unwrap()
+        self.redis.clone().get(self.keys.result(self.g, user)).await.unwrap()
     }
 
     async fn pending(&self) -> i64 {
-        self.pool.get().await.unwrap().zcard(self.keys.pending(self.g)).await.unwrap()
+        self.redis.clone().zcard(self.keys.pending(self.g)).await.unwrap()
     }
 }
 
@@ -155,7 +155,7 @@ async fn an_unloaded_sale_is_reported_and_not_created() {
     assert_eq!(f.stock().await, None, "no counter conjured below zero");
     assert_eq!(f.holders().await, 0);
     // Nor is a path token spent: the caller loads the sale and calls again with it.
-    let mut c = f.pool.get().await.unwrap();
+    let mut c = f.redis.clone();
     let _: () = c.set(f.keys.token(f.g, u(2)), "tok").await.unwrap();
     assert_eq!(f.reserve(u(2), Uuid::new_v4(), "tok").await, RESERVE_NOT_LOADED);
     let _: () = c.set(f.keys.stock(f.g), 1).await.unwrap();
@@ -165,7 +165,7 @@ async fn an_unloaded_sale_is_reported_and_not_created() {
 #[tokio::test]
 async fn a_wrong_path_token_consumes_nothing_and_the_right_one_is_single_use() {
     let f = fixture(Some(5)).await;
-    let mut c = f.pool.get().await.unwrap();
+    let mut c = f.redis.clone();
     let token: String = f
         .scripts
         .path_token
@@ -188,8 +188,15 @@ async fn a_wrong_path_token_consumes_nothing_and_the_right_one_is_single_use() {
     assert_eq!(again, "tok-1", "the unused token is handed out again");
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "wrong").await, RESERVE_BAD_TOKEN);
     assert_eq!(f.stock().await, Some(5));
-    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "tok-1").await, 4);
+    let rid = Uuid::new_v4();
+    assert_eq!(f.reserve(u(1), rid, "tok-1").await, 4);
+    // A holder is told so, whatever token the click carries.
+    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "tok-1").await, RESERVE_REPEATED);
+    assert_eq!(f.reserve(u(1), Uuid::new_v4(), "wrong").await, RESERVE_REPEATED);
+    // Given back, the buyer may try again, but not with the token the reservation used up.
+    assert_eq!(f.undo(u(1), rid).await, 1);
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "tok-1").await, RESERVE_BAD_TOKEN, "used up");
+    assert_eq!(f.stock().await, Some(5));
 }
 
 #[tokio::test]
@@ -248,7 +255,7 @@ async fn a_failed_claimed_request_frees_the_user_and_gives_back_only_when_asked(
 #[tokio::test]
 async fn scripts_reload_after_a_script_flush() {
     let f = fixture(Some(1)).await;
-    let mut c = f.pool.get().await.unwrap();
+    let mut c = f.redis.clone();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut c).await.unwrap();
     // A single invocation reloads by itself on NOSCRIPT.
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, 0);

@@ -115,7 +115,7 @@ impl Drop for TestNames {
 }
 
 async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
-    use deadpool_redis::redis;
+    use ::redis;
     let client = redis::Client::open(redis_url())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let keys: Vec<String> = {

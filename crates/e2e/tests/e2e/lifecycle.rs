@@ -197,7 +197,7 @@ async fn every_replica_follows_sell_out_and_restock() {
     // Stock appears in Redis behind their back: both still answer from their flag.
     let mut redis = sys.redis().await;
     let stock_key = sys.redis_keys.stock(sale.id);
-    let _: () = deadpool_redis::redis::AsyncCommands::set(&mut redis, &stock_key, 1).await.unwrap();
+    let _: () = redis::AsyncCommands::set(&mut redis, &stock_key, 1).await.unwrap();
     for replica in 0..2 {
         assert_eq!(
             direct(replica, 43).await.unwrap().status(),
@@ -205,7 +205,7 @@ async fn every_replica_follows_sell_out_and_restock() {
             "replica {replica} answers from its flag"
         );
     }
-    let _: () = deadpool_redis::redis::AsyncCommands::set(&mut redis, &stock_key, 0).await.unwrap();
+    let _: () = redis::AsyncCommands::set(&mut redis, &stock_key, 0).await.unwrap();
 
     // Both orders expire; both units come back.
     for (token, order) in &orders {
