@@ -2,6 +2,11 @@
 
 use gateway::configuration::Settings;
 
+// Many small, short-lived allocations on every request, across threads: glibc's malloc took
+// about a fifth of the CPU under load (perf); mimalloc takes much less.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let settings = match Settings::load() {
