@@ -28,3 +28,26 @@ async fn concurrent_starts_create_and_migrate_once() {
     assert_eq!(applied.n, 1);
     diesel::sql_query("INSERT INTO probe DEFAULT VALUES").execute(&mut conn).await.unwrap();
 }
+
+/// Every pooled connection carries the statement timeout and plans each statement for its
+/// own values (no generic plan kept from when a table was empty).
+#[tokio::test]
+async fn pooled_connections_carry_their_session_settings() {
+    let db = TestDb::new("settings");
+    seckill_db::prepare(db.url(), MIGRATIONS).await.unwrap();
+    let settings = seckill_common::config::DatabaseSettings {
+        statement_timeout_ms: 1_234,
+        ..seckill_common::config::DatabaseSettings::default()
+    };
+    let pool = seckill_db::pool(&settings, db.url()).unwrap();
+    let mut conn = pool.get().await.unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        value: String,
+    }
+    let show = |name: &'static str| diesel::sql_query(format!("SELECT current_setting('{name}') AS value"));
+    let timeout: Setting = show("statement_timeout").get_result(&mut conn).await.unwrap();
+    let plans: Setting = show("plan_cache_mode").get_result(&mut conn).await.unwrap();
+    assert_eq!((timeout.value.as_str(), plans.value.as_str()), ("1234ms", "force_custom_plan"));
+}

@@ -55,7 +55,14 @@ async fn a_second_click_of_the_same_user_is_refused_and_takes_nothing() {
     let sys = spawn_system();
     let sale = sys.open_sale(5).await;
     let buyer = sys.dev_token(7, "user").await;
-    assert_eq!(sys.buy(&buyer, sale.id).await.0, 202);
+    let (status, body) = sys.path_token(&buyer, sale.id).await;
+    assert_eq!(status, 200);
+    let used = body["token"].as_str().unwrap().to_owned();
+    assert_eq!(sys.order(&buyer, sale.id, Some(&used)).await.0, 202);
+    // Clicking again with the token the first click used up, or with a fresh one: either way
+    // the buyer is told they hold a unit, not that their token is bad.
+    let (status, body) = sys.order(&buyer, sale.id, Some(&used)).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("REPEATED")));
     let (status, body) = sys.buy(&buyer, sale.id).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("REPEATED")));
     let result = sys.final_result(&buyer, sale.id, Duration::from_secs(15)).await;
