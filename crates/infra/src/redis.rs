@@ -1,7 +1,5 @@
 //! The Redis connection and the buy-path scripts, loaded once at start and run with EVALSHA.
 
-use std::time::Duration;
-
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use seckill_common::config::RedisSettings;
@@ -12,17 +10,17 @@ use seckill_common::scripts;
 /// carries many gate calls and Redis reads them in one go. It reconnects by itself.
 pub type Redis = ConnectionManager;
 
-/// Opens nothing yet (the first call connects), so a service starts while Redis is down and
-/// answers 503 until it is back. A connection attempt and an answer each wait at most
-/// `redis.timeout_ms`; a failed attempt is not retried in a loop: the next call tries again,
-/// so an outage is a quick 503, not a hang.
+/// Opens nothing yet: the first call connects (the services' first call loads the scripts at
+/// start). A connection attempt and an answer each wait at most `redis.timeout_ms`; a failed
+/// attempt is not retried inside the call: the next call tries again, so a Redis outage
+/// while running is a quick 503 per request, not a hang, and the connection comes back with
+/// Redis.
 pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
     let client = Client::open(settings.url.as_str())?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.timeout()))
         .set_response_timeout(Some(settings.timeout()))
-        .set_number_of_retries(0)
-        .set_min_delay(Duration::from_millis(10));
+        .set_number_of_retries(0);
     Ok(ConnectionManager::new_lazy_with_config(client, config)?)
 }
 

@@ -1,6 +1,6 @@
-//! The shared Redis connection when Redis is not there: calls fail at once (no hang, no retry
-//! loop inside the call) with an error the consumers treat as an outage, and the connection
-//! comes back by itself once Redis answers.
+//! The shared Redis connection: when Redis is not there, calls fail at once (no hang, no retry
+//! loop inside the call) with an error the consumers treat as an outage; when it is, calls
+//! answer through the one connection.
 
 use std::time::{Duration, Instant};
 
