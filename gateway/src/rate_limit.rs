@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use seckill_common::{ErrorCode, UserId};
 use seckill_web::{ApiError, Lifecycle};
@@ -21,11 +22,14 @@ impl UserRateLimiter {
         Self { limiter: RateLimiter::keyed(quota) }
     }
 
-    /// Takes one request from `user`'s bucket, or answers 429 `RATE_LIMITED`.
+    /// Takes one request from `user`'s bucket, or answers 429 `RATE_LIMITED` with
+    /// `Retry-After`: when the bucket next lets a request through.
     pub fn check(&self, user: UserId) -> Result<(), ApiError> {
-        self.limiter
-            .check_key(&user.get())
-            .map_err(|_| ApiError::new(ErrorCode::RateLimited, "too many requests, slow down and try again"))
+        self.limiter.check_key(&user.get()).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.limiter.clock().now());
+            ApiError::new(ErrorCode::RateLimited, "too many requests, slow down and try again")
+                .with_retry_after(wait)
+        })
     }
 
     /// Users remembered right now (those not back at a full bucket since the last clean-up).
@@ -80,6 +84,8 @@ mod tests {
         }
         let err = l.check(a).unwrap_err();
         assert_eq!(err.code, ErrorCode::RateLimited);
+        // One request a second: the next is due within the second.
+        assert_eq!(err.retry_after_secs, Some(1));
         l.check(b).unwrap();
         assert_eq!(l.tracked_users(), 2);
     }

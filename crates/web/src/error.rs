@@ -2,6 +2,7 @@
 //! are not the client's, the cause, which is logged once and never shown.
 
 use actix_web::http::StatusCode;
+use actix_web::http::header::RETRY_AFTER;
 use actix_web::{HttpResponse, ResponseError};
 use seckill_common::{ErrorBody, ErrorCode};
 
@@ -10,11 +11,13 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     cause: Option<anyhow::Error>,
+    /// Seconds the client should wait before trying again (`Retry-After`).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), cause: None }
+        Self { code, message: message.into(), cause: None, retry_after_secs: None }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -24,20 +27,23 @@ impl ApiError {
     /// A dependency (`what`: "database", "redis", "broker", an upstream name) did not answer:
     /// 503 for the client, the cause in the log.
     pub fn unavailable(what: &str, cause: impl Into<anyhow::Error>) -> Self {
-        Self {
-            code: ErrorCode::Unavailable,
-            message: format!("{what} is unavailable, try again shortly"),
-            cause: Some(cause.into()),
-        }
+        Self::new(ErrorCode::Unavailable, format!("{what} is unavailable, try again shortly"))
+            .with_cause(cause)
     }
 
     /// Something that should not happen: 500 for the client, the cause in the log.
     pub fn internal(cause: impl Into<anyhow::Error>) -> Self {
-        Self { code: ErrorCode::Internal, message: "internal error".into(), cause: Some(cause.into()) }
+        Self::new(ErrorCode::Internal, "internal error").with_cause(cause)
     }
 
     pub fn with_cause(mut self, cause: impl Into<anyhow::Error>) -> Self {
         self.cause = Some(cause.into());
+        self
+    }
+
+    /// Answers with `Retry-After: <secs>` (at least 1: a client reads 0 as "at once").
+    pub fn with_retry_after(mut self, wait: std::time::Duration) -> Self {
+        self.retry_after_secs = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
         self
     }
 
@@ -62,6 +68,10 @@ impl ResponseError for ApiError {
             // `{:#}` prints the whole cause chain on one line; Debug would add a backtrace.
             tracing::error!(code = %self.code, error.cause_chain = %format_args!("{cause:#}"), "request failed");
         }
-        HttpResponse::build(self.status_code()).json(self.body())
+        let mut response = HttpResponse::build(self.status_code());
+        if let Some(secs) = self.retry_after_secs {
+            response.insert_header((RETRY_AFTER, secs));
+        }
+        response.json(self.body())
     }
 }

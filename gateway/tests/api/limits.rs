@@ -56,6 +56,8 @@ async fn a_user_over_the_rate_limit_is_429_and_others_are_not() {
     for _ in 0..10 {
         let res = app.get("/api/seckill/1/result").bearer_auth(&hammering).send().await.unwrap();
         if res.status() == 429 {
+            // One request a second refills the bucket: the client is told to come back in 1 s.
+            assert_eq!(res.headers()["retry-after"], "1");
             assert_error(res, 429, "RATE_LIMITED").await;
             statuses.push(429);
         } else {
