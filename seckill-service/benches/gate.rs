@@ -4,7 +4,6 @@
 //! under a prefix of their own and are removed at the end.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::future::join_all;
@@ -22,7 +21,7 @@ fn gate_call(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let settings = RedisSettings { url: seckill_testkit::redis_url(), ..RedisSettings::default() };
     let redis = runtime.block_on(async { seckill_infra::redis::connect(&settings) }).unwrap();
-    let gate = Gate::new(redis, RedisKeys::new(names.redis_prefix.clone()), Duration::from_secs(2));
+    let gate = Gate::new(redis, RedisKeys::new(names.redis_prefix.clone()));
     let g = GoodsId::new(1).unwrap();
     let ready = runtime.block_on(async {
         gate.load_scripts().await?;

@@ -9,7 +9,6 @@ use seckill_common::GoodsId;
 use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode};
 use seckill_infra::consumer::Inbox;
 
-use crate::gate::GateError;
 use crate::sales::now_ms;
 use crate::state::AppState;
 
@@ -53,12 +52,9 @@ pub async fn handle_broadcasts(state: web::Data<AppState>, inbox: Inbox) -> anyh
 /// buyer may try again. Idempotent on the order key.
 pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow::Result<()> {
     let pause = state.settings.sold_out_recheck();
-    inbox.each(pause, redis_down, |release: Release| restock(&state, release)).await
-}
-
-/// Redis is the only dependency of a restock: any failure to reach it is an outage.
-fn redis_down(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| cause.is::<GateError>()) || seckill_infra::is_outage(e)
+    // Redis refusing, dropping or not answering is an outage (the message waits without
+    // spending a try); any other Redis error is retried and, out of tries, dead-lettered.
+    inbox.each(pause, seckill_infra::is_outage, |release: Release| restock(&state, release)).await
 }
 
 async fn restock(state: &AppState, release: Release) -> anyhow::Result<()> {

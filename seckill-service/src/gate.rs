@@ -1,7 +1,6 @@
 //! The Redis side of a sale: stock loading, the reserve/undo scripts, path tokens, results.
-//! Every call is bounded by `redis.timeout_ms`; a Redis that does not answer is a 503.
-
-use std::time::Duration;
+//! Every call is bounded by `redis.timeout_ms`, which the shared connection itself enforces
+//! (`seckill_infra::redis::connect`); a Redis that does not answer is a 503.
 
 use redis::AsyncCommands;
 use seckill_common::keys::RedisKeys;
@@ -11,13 +10,10 @@ use seckill_infra::redis::{Redis, Scripts};
 use seckill_web::ApiError;
 use uuid::Uuid;
 
+/// Redis refused, failed or did not answer in time (its timeouts are `RedisError`s too).
 #[derive(Debug, thiserror::Error)]
-pub enum GateError {
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("redis did not answer within {0:?}")]
-    Timeout(Duration),
-}
+#[error("redis: {0}")]
+pub struct GateError(#[from] redis::RedisError);
 
 impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
@@ -43,12 +39,11 @@ pub struct Gate {
     redis: Redis,
     scripts: Scripts,
     keys: RedisKeys,
-    timeout: Duration,
 }
 
 impl Gate {
-    pub fn new(redis: Redis, keys: RedisKeys, timeout: Duration) -> Self {
-        Self { redis, scripts: Scripts::new(), keys, timeout }
+    pub fn new(redis: Redis, keys: RedisKeys) -> Self {
+        Self { redis, scripts: Scripts::new(), keys }
     }
 
     pub fn redis(&self) -> &Redis {
@@ -69,25 +64,18 @@ impl Gate {
         self.redis.clone()
     }
 
-    async fn bounded<T>(&self, fut: impl Future<Output = Result<T, GateError>>) -> Result<T, GateError> {
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| GateError::Timeout(self.timeout))?
-    }
-
     /// Puts a sale's stock into Redis unless it is there already: a sale under way keeps its
     /// count across restarts of this service. Returns true if this call loaded it.
     pub async fn load_stock(&self, g: GoodsId, available: i64) -> Result<bool, GateError> {
-        self.bounded(async {
-            let mut conn = self.conn();
-            let set: bool = redis::cmd("SET")
-                .arg(self.keys.stock(g))
-                .arg(available)
-                .arg("NX")
-                .query_async::<Option<String>>(&mut conn)
-                .await?
-                .is_some();
-            Ok(set)
-        })
-        .await
+        let mut conn = self.conn();
+        let set: bool = redis::cmd("SET")
+            .arg(self.keys.stock(g))
+            .arg(available)
+            .arg("NX")
+            .query_async::<Option<String>>(&mut conn)
+            .await?
+            .is_some();
+        Ok(set)
     }
 
     pub async fn reserve(
@@ -98,24 +86,20 @@ impl Gate {
         now_ms: i64,
         token: Option<&str>,
     ) -> Result<Reserve, GateError> {
+        let mut conn = self.conn();
         let code: i64 = self
-            .bounded(async {
-                let mut conn = self.conn();
-                Ok(self
-                    .scripts
-                    .reserve
-                    .key(self.keys.stock(g))
-                    .key(self.keys.users(g))
-                    .key(self.keys.pending(g))
-                    .key(self.keys.result(g, u))
-                    .key(self.keys.token(g, u))
-                    .arg(u.get())
-                    .arg(request_id.to_string())
-                    .arg(now_ms)
-                    .arg(token.unwrap_or(""))
-                    .invoke_async(&mut conn)
-                    .await?)
-            })
+            .scripts
+            .reserve
+            .key(self.keys.stock(g))
+            .key(self.keys.users(g))
+            .key(self.keys.pending(g))
+            .key(self.keys.result(g, u))
+            .key(self.keys.token(g, u))
+            .arg(u.get())
+            .arg(request_id.to_string())
+            .arg(now_ms)
+            .arg(token.unwrap_or(""))
+            .invoke_async(&mut conn)
             .await?;
         Ok(match code {
             left if left >= 0 => Reserve::Reserved { left },
@@ -135,22 +119,18 @@ impl Gate {
         request_id: Uuid,
         leave: Option<StoredResult>,
     ) -> Result<bool, GateError> {
+        let mut conn = self.conn();
         let undone: i64 = self
-            .bounded(async {
-                let mut conn = self.conn();
-                Ok(self
-                    .scripts
-                    .undo
-                    .key(self.keys.stock(g))
-                    .key(self.keys.users(g))
-                    .key(self.keys.pending(g))
-                    .key(self.keys.result(g, u))
-                    .arg(u.get())
-                    .arg(request_id.to_string())
-                    .arg(leave.map(StoredResult::encode).unwrap_or_default())
-                    .invoke_async(&mut conn)
-                    .await?)
-            })
+            .scripts
+            .undo
+            .key(self.keys.stock(g))
+            .key(self.keys.users(g))
+            .key(self.keys.pending(g))
+            .key(self.keys.result(g, u))
+            .arg(u.get())
+            .arg(request_id.to_string())
+            .arg(leave.map(StoredResult::encode).unwrap_or_default())
+            .invoke_async(&mut conn)
             .await?;
         Ok(undone == 1)
     }
@@ -158,20 +138,16 @@ impl Gate {
     /// An order's unit came back at the authority: back into the Redis stock, and the buyer
     /// may try again. True if restored now (false: already restored, by an earlier copy).
     pub async fn restore(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<bool, GateError> {
+        let mut conn = self.conn();
         let restored: i64 = self
-            .bounded(async {
-                let mut conn = self.conn();
-                Ok(self
-                    .scripts
-                    .restore
-                    .key(self.keys.stock(g))
-                    .key(self.keys.users(g))
-                    .key(self.keys.result(g, u))
-                    .arg(u.get())
-                    .arg(request_id.to_string())
-                    .invoke_async(&mut conn)
-                    .await?)
-            })
+            .scripts
+            .restore
+            .key(self.keys.stock(g))
+            .key(self.keys.users(g))
+            .key(self.keys.result(g, u))
+            .arg(u.get())
+            .arg(request_id.to_string())
+            .invoke_async(&mut conn)
             .await?;
         Ok(restored == 1)
     }
@@ -186,22 +162,16 @@ impl Gate {
         for (g, u, request_id) in requests {
             pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}")).ignore();
         }
-        self.bounded(async {
-            let mut conn = self.conn();
-            pipe.query_async::<()>(&mut conn).await?;
-            Ok(())
-        })
-        .await
+        let mut conn = self.conn();
+        pipe.query_async::<()>(&mut conn).await?;
+        Ok(())
     }
 
     /// Reservations older than `before_ms` that the broker never confirmed.
     pub async fn unconfirmed(&self, g: GoodsId, before_ms: i64) -> Result<Vec<(UserId, Uuid)>, GateError> {
-        let members: Vec<String> = self
-            .bounded(async {
-                let mut conn = self.conn();
-                Ok(conn.zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500).await?)
-            })
-            .await?;
+        let mut conn = self.conn();
+        let members: Vec<String> =
+            conn.zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500).await?;
         Ok(members
             .iter()
             .filter_map(|m| {
@@ -214,36 +184,26 @@ impl Gate {
     /// The user's path token: the live one, or a new one valid for `ttl_secs`.
     pub async fn path_token(&self, g: GoodsId, u: UserId, ttl_secs: u64) -> Result<String, GateError> {
         let fresh = Uuid::new_v4().simple().to_string();
-        self.bounded(async {
-            let mut conn = self.conn();
-            Ok(self
-                .scripts
-                .path_token
-                .key(self.keys.token(g, u))
-                .arg(fresh)
-                .arg(ttl_secs)
-                .invoke_async(&mut conn)
-                .await?)
-        })
-        .await
+        let mut conn = self.conn();
+        Ok(self
+            .scripts
+            .path_token
+            .key(self.keys.token(g, u))
+            .arg(fresh)
+            .arg(ttl_secs)
+            .invoke_async(&mut conn)
+            .await?)
     }
 
     pub async fn result(&self, g: GoodsId, u: UserId) -> Result<Option<StoredResult>, GateError> {
-        let raw: Option<String> = self
-            .bounded(async {
-                let mut conn = self.conn();
-                Ok(conn.get(self.keys.result(g, u)).await?)
-            })
-            .await?;
+        let mut conn = self.conn();
+        let raw: Option<String> = conn.get(self.keys.result(g, u)).await?;
         Ok(raw.as_deref().and_then(StoredResult::parse))
     }
 
     /// Units left in Redis, if the sale is loaded.
     pub async fn stock(&self, g: GoodsId) -> Result<Option<i64>, GateError> {
-        self.bounded(async {
-            let mut conn = self.conn();
-            Ok(conn.get(self.keys.stock(g)).await?)
-        })
-        .await
+        let mut conn = self.conn();
+        Ok(conn.get(self.keys.stock(g)).await?)
     }
 }

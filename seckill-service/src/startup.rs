@@ -21,11 +21,7 @@ use crate::{broadcast, reconcile, routes};
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
     let redis = seckill_infra::redis::connect(&settings.redis)?;
-    let gate = Arc::new(Gate::new(
-        redis,
-        RedisKeys::new(settings.redis.key_prefix.clone()),
-        settings.redis.timeout(),
-    ));
+    let gate = Arc::new(Gate::new(redis, RedisKeys::new(settings.redis.key_prefix.clone())));
     gate.load_scripts()
         .await
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
