@@ -218,11 +218,8 @@ export SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX SECKILL__AMQP__PREFIX=$AMQP_PREF
 UP_START=$SECONDS
 SYSTEM_UP=1 # from here on the trap stops what was started (ensure_servers may start servers)
 ensure_servers || exit 1
-require_cargo || exit 1
-say "cargo build --release --bins"
-cargo build --release --bins
-BIN_DIR=${CARGO_TARGET_DIR:-target}/release
-[[ $BIN_DIR == /* ]] || BIN_DIR=$SECKILL_ROOT/$BIN_DIR
+build_release || exit 1
+BIN_DIR=$SECKILL_BIN_DIR
 BENCH=$BIN_DIR/seckill-bench
 [[ -x $BENCH ]] || die "$BENCH was not built (is crates/bench a workspace member?)"
 SCRATCH=1

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# scripts/lib.sh: functions shared by up.sh, down.sh and test.sh. Source it, don't run it.
+# scripts/lib.sh: functions shared by up.sh, down.sh, test.sh and bench.sh. Source it, don't run it.
 #
 #   ensure_servers         make sure PostgreSQL, Redis and RabbitMQ answer: use a running server,
 #                          else start an installed one, else install it (Debian/Ubuntu, apt-get,
@@ -7,6 +7,7 @@
 #                          saying what to run and return non-zero.
 #   stop_started_servers   stop exactly the servers that ensure_servers started (down.sh).
 #   require_cargo          find cargo (also in ~/.cargo/bin) or say how to install Rust.
+#   build_release          cargo build --release --bins; sets SECKILL_BIN_DIR (up.sh, bench.sh).
 #
 # Exported for callers (values already set by the user are kept):
 #   SECKILL_PG_URL     PostgreSQL server URL without a database name
@@ -585,4 +586,14 @@ require_cargo() {
         seckill_say "cargo not found: install Rust with rustup (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), then open a new shell."
         return 1
     fi
+}
+
+# Builds the workspace's binaries in release mode and sets SECKILL_BIN_DIR to where they are
+# (CARGO_TARGET_DIR if set, else target/, as an absolute path).
+build_release() {
+    require_cargo || return 1
+    seckill_say "cargo build --release --bins"
+    cargo build --release --bins || return 1
+    SECKILL_BIN_DIR=${CARGO_TARGET_DIR:-target}/release
+    [[ $SECKILL_BIN_DIR == /* ]] || SECKILL_BIN_DIR=$SECKILL_ROOT/$SECKILL_BIN_DIR
 }

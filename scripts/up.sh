@@ -161,12 +161,8 @@ if [[ -n ${SECKILL__DATABASE__URL:-} ]]; then
 fi
 
 ensure_servers || exit 1
-require_cargo || exit 1
-
-seckill_say "cargo build --release --bins"
-cargo build --release --bins
-BIN_DIR=${CARGO_TARGET_DIR:-target}/release
-[[ $BIN_DIR == /* ]] || BIN_DIR=$SECKILL_ROOT/$BIN_DIR
+build_release || exit 1
+BIN_DIR=$SECKILL_BIN_DIR
 for name in "${SERVICES[@]}"; do
     [[ -x $BIN_DIR/$name ]] || die "$BIN_DIR/$name was not built (is $name a binary of the workspace?)"
 done

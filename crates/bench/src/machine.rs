@@ -131,18 +131,24 @@ pub struct CpuReport {
 impl CpuReport {
     /// "other processes used 0.52 cores during the run (postgres 0.48, ...): ..." for a note.
     pub fn disturbance(&self) -> String {
+        format!(
+            "processes this measurement does not use took {:.2} cores during it ({}): the figures are disturbed",
+            self.others_cores,
+            self.busiest_others(5)
+        )
+    }
+
+    /// The `n` busiest processes the measurement does not use, with their cores
+    /// ("postgres 0.48, kworker 0.02").
+    pub fn busiest_others(&self, n: usize) -> String {
         let names: Vec<String> = self
             .by_process
             .iter()
             .filter(|p| !p.ours && p.cores >= 0.01)
-            .take(5)
+            .take(n)
             .map(|p| format!("{} {:.2}", p.name, p.cores))
             .collect();
-        format!(
-            "processes this measurement does not use took {:.2} cores during it ({}): the figures are disturbed",
-            self.others_cores,
-            if names.is_empty() { "short-lived processes".into() } else { names.join(", ") }
-        )
+        if names.is_empty() { "short-lived processes".into() } else { names.join(", ") }
     }
 }
 
