@@ -142,9 +142,7 @@ impl Inbox {
         metrics::counter!("amqp_messages_retried_total", "queue" => self.queue.clone()).increment(1);
         Ok(Retry::Later)
     }
-}
 
-impl Inbox {
     /// Handles each delivery on its own, decoded as `T`, and settles it by the outcome: done,
     /// acked; a dependency down (as `is_outage` tells), handed back after `outage_pause`
     /// without counting a try; any other failure, retried later, and dead-lettered once out of
