@@ -53,6 +53,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_
         .service(resource("/api/goods").route(web::get().to(public_stock)))
         .service(resource("/api/goods/{id}").route(web::get().to(public_stock)))
         .service(resource("/api/admin/goods").route(web::post().to(admin_seckill)))
+        .service(resource("/api/admin/goods/{id}/audit").route(web::get().to(admin_seckill)))
+        .service(resource("/api/admin/goods/{id}/repair").route(web::post().to(admin_seckill)))
         .service(resource("/api/orders").route(web::get().to(user_order)))
         .service(resource("/api/orders/{id}").route(web::get().to(user_order)))
         .service(resource("/api/orders/{id}/pay").route(web::post().to(user_order)))
@@ -105,7 +107,7 @@ async fn user_seckill(
     gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
 }
 
-/// `POST /api/admin/goods`: an admin token. seckill-service checks the role again; refusing
+/// `/api/admin/goods...` (a sale's creation, audit and repair): an admin token. seckill-service checks the role again; refusing
 /// here spares it the request.
 async fn admin_seckill(
     req: HttpRequest,

@@ -43,6 +43,8 @@ pub async fn handle_orders(
             metrics::counter!("order_requests_ordered_total").increment(report.ordered as u64);
             metrics::counter!("order_requests_failed_total").increment(report.failed as u64);
             metrics::counter!("order_requests_stale_total").increment(report.stale as u64);
+            metrics::counter!("order_requests_recovered_total").increment(report.recovered as u64);
+            metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
             tracing::debug!(?report, batch = requests.len(), "batch fulfilled");
         }
         Err(e) if is_outage(&e) => {
@@ -63,10 +65,19 @@ pub async fn handle_orders(
             );
             for (d, r) in &good {
                 if inbox.retry_later(d).await? == Retry::Exhausted {
-                    if let Err(e) = fulfiller.compensate(r).await {
-                        tracing::error!(error = format!("{e:#}"), request_id = %r.request_id, "compensation failed");
+                    // Only a compensated request may leave for the dead letters: one whose
+                    // compensation failed would end in limbo (a unit held, a buyer queued for
+                    // ever), so it goes back to the queue and is compensated on its next turn.
+                    match fulfiller.compensate(r).await {
+                        Ok(()) => inbox.dead_letter(d, "out of tries").await?,
+                        Err(e) => {
+                            tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
+                                "compensation failed; the request goes back to the queue");
+                            metrics::counter!("order_compensations_failed_total").increment(1);
+                            tokio::time::sleep(outage_pause).await;
+                            inbox.requeue(d).await?;
+                        }
                     }
-                    inbox.dead_letter(d, "out of tries").await?;
                 }
             }
         }

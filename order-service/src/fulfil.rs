@@ -1,9 +1,10 @@
 //! Turns a batch of accepted buy requests into orders: the heart of order-service.
 //!
 //! Per batch: requests that already have an order are answered again (a re-delivery); the
-//! rest claim their Redis reservation (a reservation given back means the request was answered
-//! 503 or failed, and it must not become an order); the claimed ones deduct at stock-service in
-//! one call, the deducted ones become orders in one insert, and every buyer's result is written.
+//! rest claim their Redis reservation (a reservation given back in its epoch means the request
+//! was answered 503 or failed, and it must not become an order; one that Redis lost is served
+//! all the same, against the authorities); the claimed ones deduct at stock-service in one
+//! call, the deducted ones become orders in one insert, and every buyer's result is written.
 //! Any dependency failure returns an error before the batch is acked: the messages come back,
 //! and every step above is idempotent, so the retry finishes the work without doing any twice.
 
@@ -22,8 +23,8 @@ use seckill_infra::amqp::Publisher;
 use seckill_infra::stock_client::StockClient;
 use uuid::Uuid;
 
-use crate::orders::{self, NewOrder};
-use crate::results::ResultStore;
+use crate::orders::{self, Existing, NewOrder};
+use crate::results::{Claim, ResultStore};
 
 /// How a batch ended, for logs and metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,12 @@ pub struct BatchReport {
     pub failed: usize,
     /// Requests whose reservation had been given back: dropped.
     pub stale: usize,
+    /// Requests whose reservation Redis had lost: served against the authorities.
+    pub recovered: usize,
+    /// Requests whose buyer already held another active order: answered with that order.
+    pub superseded: usize,
+    /// Late copies of requests whose order has been cancelled or expired since.
+    pub ended: usize,
 }
 
 pub struct Fulfiller {
@@ -83,7 +90,7 @@ impl Fulfiller {
     pub async fn fulfil(&self, requests: &[OrderRequest]) -> anyhow::Result<BatchReport> {
         let mut report = BatchReport::default();
         let request_ids: Vec<Uuid> = requests.iter().map(|r| r.request_id).collect();
-        let existing: HashMap<Uuid, i64> = {
+        let existing: HashMap<Uuid, Existing> = {
             let mut conn = self.pool.get().await?;
             orders::existing(&mut conn, &request_ids).await?.into_iter().collect()
         };
@@ -91,21 +98,31 @@ impl Fulfiller {
         let mut fresh = Vec::new();
         for r in requests {
             match existing.get(&r.request_id) {
-                Some(order_id) => succeeded.push((*r, *order_id)),
+                Some(e) if e.active => succeeded.push((*r, e.order_id)),
+                // Cancelled or expired since: the request ended long ago, and its reservation
+                // was given back; a late copy must not write anything.
+                Some(_) => report.ended += 1,
                 None => fresh.push(*r),
             }
         }
         report.repeated = succeeded.len();
 
-        let claimed = self.results.claim(&fresh).await?;
+        let claims = self.results.claim(&fresh).await?;
         let mut mine = Vec::with_capacity(fresh.len());
-        for (r, ok) in fresh.into_iter().zip(claimed) {
-            if ok {
-                mine.push(r);
-            } else {
-                report.stale += 1;
-                tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
-                    "reservation was given back before this message arrived: dropped");
+        for (r, claim) in fresh.into_iter().zip(claims) {
+            match claim {
+                Claim::Claimed => mine.push(r),
+                Claim::Lost => {
+                    report.recovered += 1;
+                    tracing::info!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
+                        "redis lost this reservation: served against the authorities");
+                    mine.push(r);
+                }
+                Claim::GivenBack => {
+                    report.stale += 1;
+                    tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
+                        "reservation was given back before this message arrived: dropped");
+                }
             }
         }
 
@@ -144,12 +161,13 @@ impl Fulfiller {
                 None => conflicted.push(*r),
             }
         }
-        self.settle_conflicts(conflicted, &mut succeeded, &mut failed, &mut report).await?;
+        let superseded = self.settle_conflicts(conflicted, &mut succeeded, &mut failed, &mut report).await?;
 
         // The expiry timers first: a buyer told `success` has an order that will expire. A
         // re-delivered request gets its timer again; a second expiry message is harmless.
         self.schedule_expiries(&succeeded).await?;
         self.results.succeed(&succeeded).await?;
+        self.results.supersede(&superseded).await?;
         self.results.fail(&failed).await?;
         report.failed = failed.len();
         Ok(report)
@@ -178,8 +196,8 @@ impl Fulfiller {
             let mut conn = self.pool.get().await?;
             orders::existing(&mut conn, &[r.request_id]).await?
         };
-        if let Some((_, order_id)) = existing.first() {
-            return self.results.succeed(&[(*r, *order_id)]).await;
+        if let Some((_, e)) = existing.first() {
+            return if e.active { self.results.succeed(&[(*r, e.order_id)]).await } else { Ok(()) };
         }
         self.stock.release(r.request_id).await?;
         self.results.fail(&[(*r, true)]).await?;
@@ -224,34 +242,44 @@ impl Fulfiller {
 
     /// Deducted requests whose insert was skipped: either another consumer wrote the order
     /// meanwhile (answered as success), or the user already holds an active order of the sale
-    /// (the deduction is released and the request fails).
+    /// (the deduction is released and the buyer is answered with that order; this happens when
+    /// Redis lost the first request's reservation and the buyer was accepted again). Returns
+    /// the latter: (request, the holding order's request id, its order id).
     async fn settle_conflicts(
         &self,
         conflicted: Vec<OrderRequest>,
         succeeded: &mut Vec<(OrderRequest, i64)>,
         failed: &mut Vec<(OrderRequest, bool)>,
         report: &mut BatchReport,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<(OrderRequest, Uuid, i64)>> {
+        let mut superseded = Vec::new();
         if conflicted.is_empty() {
-            return Ok(());
+            return Ok(superseded);
         }
         let ids: Vec<Uuid> = conflicted.iter().map(|r| r.request_id).collect();
-        let now_existing: HashMap<Uuid, i64> = {
-            let mut conn = self.pool.get().await?;
-            orders::existing(&mut conn, &ids).await?.into_iter().collect()
-        };
+        let mut conn = self.pool.get().await?;
+        let now_existing: HashMap<Uuid, Existing> =
+            orders::existing(&mut conn, &ids).await?.into_iter().collect();
         for r in conflicted {
-            if let Some(order_id) = now_existing.get(&r.request_id) {
-                succeeded.push((r, *order_id));
+            if let Some(e) = now_existing.get(&r.request_id) {
+                succeeded.push((r, e.order_id));
                 report.repeated += 1;
                 continue;
             }
-            tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id,
-                "user already holds an active order of this sale: deduction released");
+            let holder = orders::active_of_user(&mut conn, r.goods_id, r.user_id).await?;
             self.stock.release(r.request_id).await?;
-            failed.push((r, true));
+            match holder {
+                Some((order_id, holder_request)) => {
+                    tracing::warn!(request_id = %r.request_id, user_id = %r.user_id, goods_id = %r.goods_id, order_id,
+                        "user already holds an active order of this sale: deduction released, answered with it");
+                    superseded.push((r, holder_request, order_id));
+                    report.superseded += 1;
+                }
+                // The holding order ended meanwhile: this request fails, the user may try again.
+                None => failed.push((r, true)),
+            }
         }
-        Ok(())
+        Ok(superseded)
     }
 }
 

@@ -54,15 +54,77 @@ impl TryFrom<OrderRow> for Order {
     }
 }
 
-/// Orders already written for these requests: request id -> order id.
-pub async fn existing(conn: &mut AsyncPgConnection, request_ids: &[Uuid]) -> QueryResult<Vec<(Uuid, i64)>> {
+/// The statuses of an active order: the one a user may hold per sale.
+const ACTIVE: [&str; 2] = [OrderStatus::Unpaid.as_str(), OrderStatus::Paid.as_str()];
+
+/// An order already written for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Existing {
+    pub order_id: i64,
+    /// Unpaid or paid; false once cancelled or expired (the request has ended for good).
+    pub active: bool,
+}
+
+/// Orders already written for these requests: request id -> the order.
+pub async fn existing(
+    conn: &mut AsyncPgConnection,
+    request_ids: &[Uuid],
+) -> QueryResult<Vec<(Uuid, Existing)>> {
     if request_ids.is_empty() {
         return Ok(Vec::new());
     }
-    orders::table
+    let rows: Vec<(Uuid, i64, String)> = orders::table
         .filter(orders::request_id.eq_any(request_ids))
-        .select((orders::request_id, orders::id))
+        .select((orders::request_id, orders::id, orders::status))
         .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(r, order_id, status)| (r, Existing { order_id, active: ACTIVE.contains(&status.as_str()) }))
+        .collect())
+}
+
+/// The user's active order of a sale, if any: (order id, request id).
+pub async fn active_of_user(
+    conn: &mut AsyncPgConnection,
+    goods: GoodsId,
+    user: UserId,
+) -> QueryResult<Option<(i64, Uuid)>> {
+    orders::table
+        .filter(orders::goods_id.eq(goods.get()))
+        .filter(orders::user_id.eq(user.get()))
+        .filter(orders::status.eq_any(ACTIVE))
+        .select((orders::id, orders::request_id))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// A page of a sale's active orders, by order id after `after_id`: (order id, user id,
+/// request id).
+pub async fn active_of_sale(
+    conn: &mut AsyncPgConnection,
+    goods: GoodsId,
+    after_id: i64,
+    limit: i64,
+) -> QueryResult<Vec<(i64, i64, Uuid)>> {
+    orders::table
+        .filter(orders::goods_id.eq(goods.get()))
+        .filter(orders::status.eq_any(ACTIVE))
+        .filter(orders::id.gt(after_id))
+        .order(orders::id)
+        .limit(limit)
+        .select((orders::id, orders::user_id, orders::request_id))
+        .load(conn)
+        .await
+}
+
+pub async fn count_active(conn: &mut AsyncPgConnection, goods: GoodsId) -> QueryResult<i64> {
+    orders::table
+        .filter(orders::goods_id.eq(goods.get()))
+        .filter(orders::status.eq_any(ACTIVE))
+        .count()
+        .get_result(conn)
         .await
 }
 

@@ -3,8 +3,21 @@
 
 use seckill_common::amqp::OrderRequest;
 use seckill_common::keys::RedisKeys;
-use seckill_common::scripts::StoredResult;
+use seckill_common::scripts;
 use seckill_infra::redis::{Redis, Scripts, is_noscript};
+
+/// What the claim found of a request's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// It stands, and is now this consumer's.
+    Claimed,
+    /// It was given back in the epoch it was taken in (the buyer was answered 503, or the
+    /// request ended): the message must not become an order.
+    GivenBack,
+    /// Redis lost it (the sale was reloaded since, or is not loaded): the request was
+    /// accepted and is served against the authorities.
+    Lost,
+}
 
 pub struct ResultStore {
     redis: Redis,
@@ -38,9 +51,8 @@ impl ResultStore {
         }
     }
 
-    /// For each request: does its reservation stand (now claimed for it)? False means it was
-    /// given back (its publish was not confirmed) and the message must not become an order.
-    pub async fn claim(&self, requests: &[OrderRequest]) -> anyhow::Result<Vec<bool>> {
+    /// For each request, what became of its reservation (see [`Claim`]).
+    pub async fn claim(&self, requests: &[OrderRequest]) -> anyhow::Result<Vec<Claim>> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
@@ -49,23 +61,61 @@ impl ResultStore {
             let mut inv = self.scripts.claim.prepare_invoke();
             inv.key(self.keys.users(r.goods_id))
                 .key(self.keys.pending(r.goods_id))
+                .key(self.keys.epoch(r.goods_id))
+                .key(self.keys.stock(r.goods_id))
+                .key(self.keys.holdback(r.goods_id))
                 .arg(r.user_id.get())
-                .arg(r.request_id.to_string());
+                .arg(r.request_id.to_string())
+                .arg(r.epoch.map(|e| e.to_string()).unwrap_or_default());
             pipe.invoke_script(&inv);
         }
         let claimed: Vec<i64> = self.run(&pipe).await?;
-        Ok(claimed.into_iter().map(|c| c == 1).collect())
+        Ok(claimed
+            .into_iter()
+            .map(|c| match c {
+                scripts::CLAIMED => Claim::Claimed,
+                scripts::LOST => Claim::Lost,
+                _ => Claim::GivenBack,
+            })
+            .collect())
     }
 
-    /// Tells each buyer their order id.
+    /// Tells each buyer their order id, and marks their reservation as that order.
     pub async fn succeed(&self, done: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
         if done.is_empty() {
             return Ok(());
         }
         let mut pipe = redis::pipe();
         for (r, order_id) in done {
-            pipe.set(self.keys.result(r.goods_id, r.user_id), StoredResult::Success(*order_id).encode())
-                .ignore();
+            let mut inv = self.scripts.succeed.prepare_invoke();
+            inv.key(self.keys.users(r.goods_id))
+                .key(self.keys.result(r.goods_id, r.user_id))
+                .arg(r.user_id.get())
+                .arg(r.request_id.to_string())
+                .arg(order_id);
+            pipe.invoke_script(&inv).ignore();
+        }
+        self.run::<()>(&pipe).await
+    }
+
+    /// Requests whose buyer holds another active order of the sale: (request, that order's
+    /// request id, its order id). The buyer is told that order; the unit the request held in
+    /// Redis goes back to the stock (its deduction was released).
+    pub async fn supersede(&self, superseded: &[(OrderRequest, uuid::Uuid, i64)]) -> anyhow::Result<()> {
+        if superseded.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (r, holder, order_id) in superseded {
+            let mut inv = self.scripts.supersede.prepare_invoke();
+            inv.key(self.keys.stock(r.goods_id))
+                .key(self.keys.users(r.goods_id))
+                .key(self.keys.result(r.goods_id, r.user_id))
+                .arg(r.user_id.get())
+                .arg(r.request_id.to_string())
+                .arg(holder.to_string())
+                .arg(order_id);
+            pipe.invoke_script(&inv).ignore();
         }
         self.run::<()>(&pipe).await
     }

@@ -1,5 +1,6 @@
 //! HTTP routes of order-service.
 
+pub mod internal;
 pub mod orders;
 
 use actix_web::{HttpResponse, web};
@@ -11,7 +12,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/orders", web::get().to(orders::list))
         .route("/api/orders/{order_id}", web::get().to(orders::get))
         .route("/api/orders/{order_id}/pay", web::post().to(orders::pay))
-        .route("/api/orders/{order_id}/cancel", web::post().to(orders::cancel));
+        .route("/api/orders/{order_id}/cancel", web::post().to(orders::cancel))
+        .route("/internal/orders/active", web::get().to(internal::active))
+        .route("/internal/orders/count", web::get().to(internal::count));
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

@@ -10,6 +10,7 @@ use futures_util::future::join_all;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::config::RedisSettings;
 use seckill_common::keys::RedisKeys;
+use seckill_common::scripts::Epoch;
 use seckill_common::{GoodsId, UserId};
 use seckill_service::gate::{Gate, Reserve};
 use seckill_service::routes::buy::order_message;
@@ -25,7 +26,7 @@ fn gate_call(c: &mut Criterion) {
     let g = GoodsId::new(1).unwrap();
     let ready = runtime.block_on(async {
         gate.load_scripts().await?;
-        gate.load_stock(g, i64::MAX / 2).await?;
+        gate.load(g, i64::MAX / 2, Epoch::new(1_764_400_000_000), None).await?;
         anyhow::Ok(())
     });
     if let Err(e) = ready {
@@ -42,7 +43,7 @@ fn gate_call(c: &mut Criterion) {
             let u = UserId::new(next_user).unwrap();
             let gate = &gate;
             async move {
-                let outcome = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
+                let (outcome, _) = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
                 assert!(matches!(outcome, Reserve::Reserved { .. }));
             }
         })
@@ -56,7 +57,7 @@ fn gate_call(c: &mut Criterion) {
             let gate = &gate;
             join_all((1..=100).map(move |i| async move {
                 let u = UserId::new(first + i).unwrap();
-                let outcome = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
+                let (outcome, _) = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
                 assert!(matches!(outcome, Reserve::Reserved { .. }));
             }))
         })
@@ -66,7 +67,7 @@ fn gate_call(c: &mut Criterion) {
     group.bench_function("reserve_repeated", |b| {
         let u = UserId::new(1).unwrap();
         b.to_async(&runtime).iter(|| async {
-            let outcome = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
+            let (outcome, _) = gate.reserve(g, u, Uuid::new_v4(), 1_764_400_000_000, None).await.unwrap();
             assert_eq!(outcome, Reserve::Repeated);
         })
     });

@@ -31,11 +31,14 @@ pub struct SeckillSettings {
     /// How long the in-process sold-out flag answers alone before Redis is asked again, so a
     /// unit given back is sold again even without a broadcast.
     pub sold_out_recheck_ms: u64,
-    /// How often the reconciler looks for reservations without a confirmed message.
+    /// How often the reconciler looks for reservations without a confirmed message (and for
+    /// recoveries that may end).
     pub reconcile_interval_secs: u64,
-    /// How old such a reservation must be before it is given back; well above the confirm
-    /// timeout, so a publish still waiting for its confirm is never touched.
+    /// How old such a reservation must be before its message is published again; above the
+    /// confirm timeout, so a publish still waiting for its confirm is left to finish.
     pub reconcile_after_secs: u64,
+    /// How often the open sales are audited (Redis against the authorities), for the metrics.
+    pub audit_interval_secs: u64,
 }
 
 impl Default for SeckillSettings {
@@ -46,6 +49,7 @@ impl Default for SeckillSettings {
             sold_out_recheck_ms: 1_000,
             reconcile_interval_secs: 5,
             reconcile_after_secs: 30,
+            audit_interval_secs: 60,
         }
     }
 }
@@ -75,7 +79,7 @@ impl Settings {
             return Err(ConfigError::invalid(
                 "seckill.reconcile_after_secs",
                 "SECKILL__SECKILL__RECONCILE_AFTER_SECS",
-                "must exceed amqp.confirm_timeout_ms, or the reconciler could undo a publish still awaiting its confirm",
+                "must exceed amqp.confirm_timeout_ms, or the reconciler could publish again a request still awaiting its confirm",
             ));
         }
         Ok(())

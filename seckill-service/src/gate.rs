@@ -3,8 +3,9 @@
 //! (`seckill_infra::redis::connect`); a Redis that does not answer is a 503.
 
 use redis::AsyncCommands;
+use seckill_common::api::ActiveOrder;
 use seckill_common::keys::RedisKeys;
-use seckill_common::scripts::{self, StoredResult};
+use seckill_common::scripts::{self, Epoch, StoredResult};
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::redis::{Redis, Scripts};
 use seckill_web::ApiError;
@@ -33,6 +34,19 @@ pub enum Reserve {
     BadToken,
     /// The sale's stock is not in Redis (never loaded, or Redis lost it).
     NotLoaded,
+}
+
+/// A sale's Redis data at one instant (see `scripts::SNAPSHOT`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub stock: Option<i64>,
+    pub epoch: Option<Epoch>,
+    pub holdback: Option<i64>,
+    /// Reservations that are orders.
+    pub ordered: i64,
+    pub pending: i64,
+    /// The requests holding a reservation that is not an order yet.
+    pub in_flight: Vec<Uuid>,
 }
 
 pub struct Gate {
@@ -64,18 +78,29 @@ impl Gate {
         self.redis.clone()
     }
 
-    /// Puts a sale's stock into Redis unless it is there already: a sale under way keeps its
-    /// count across restarts of this service. Returns true if this call loaded it.
-    pub async fn load_stock(&self, g: GoodsId, available: i64) -> Result<bool, GateError> {
+    /// Loads a sale into Redis unless its stock is there already: a sale under way keeps its
+    /// count across restarts of this service. `holdback` is Some while the sale recovers from
+    /// a loss of its Redis data (see `restore`). Returns true if this call loaded it.
+    pub async fn load(
+        &self,
+        g: GoodsId,
+        stock: i64,
+        epoch: Epoch,
+        holdback: Option<i64>,
+    ) -> Result<bool, GateError> {
         let mut conn = self.conn();
-        let set: bool = redis::cmd("SET")
-            .arg(self.keys.stock(g))
-            .arg(available)
-            .arg("NX")
-            .query_async::<Option<String>>(&mut conn)
-            .await?
-            .is_some();
-        Ok(set)
+        let loaded: i64 = self
+            .scripts
+            .load
+            .key(self.keys.stock(g))
+            .key(self.keys.epoch(g))
+            .key(self.keys.holdback(g))
+            .arg(stock)
+            .arg(epoch.to_string())
+            .arg(holdback.map(|h| h.to_string()).unwrap_or_default())
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(loaded == 1)
     }
 
     pub async fn reserve(
@@ -85,9 +110,9 @@ impl Gate {
         request_id: Uuid,
         now_ms: i64,
         token: Option<&str>,
-    ) -> Result<Reserve, GateError> {
+    ) -> Result<(Reserve, Option<Epoch>), GateError> {
         let mut conn = self.conn();
-        let code: i64 = self
+        let (code, epoch): (i64, Option<String>) = self
             .scripts
             .reserve
             .key(self.keys.stock(g))
@@ -95,19 +120,21 @@ impl Gate {
             .key(self.keys.pending(g))
             .key(self.keys.result(g, u))
             .key(self.keys.token(g, u))
+            .key(self.keys.epoch(g))
             .arg(u.get())
             .arg(request_id.to_string())
             .arg(now_ms)
             .arg(token.unwrap_or(""))
             .invoke_async(&mut conn)
             .await?;
-        Ok(match code {
+        let outcome = match code {
             left if left >= 0 => Reserve::Reserved { left },
             scripts::RESERVE_REPEATED => Reserve::Repeated,
             scripts::RESERVE_BAD_TOKEN => Reserve::BadToken,
             scripts::RESERVE_SOLD_OUT => Reserve::SoldOut,
             _ => Reserve::NotLoaded,
-        })
+        };
+        Ok((outcome, epoch.as_deref().and_then(Epoch::parse)))
     }
 
     /// Gives back a reservation nobody has claimed; `leave` is the result the user then sees
@@ -179,6 +206,125 @@ impl Gate {
                 Some((u.parse().ok()?, r.parse().ok()?))
             })
             .collect())
+    }
+
+    /// Writes what the order authority says back into Redis: each active order's buyer holds a
+    /// reservation that is that order (unless they hold one already: a request in flight
+    /// settles on its own), and their result names it. Pipelines of a thousand.
+    pub async fn restore_orders(&self, g: GoodsId, orders: &[ActiveOrder]) -> Result<(), GateError> {
+        let mut conn = self.conn();
+        for chunk in orders.chunks(1_000) {
+            let mut pipe = redis::pipe();
+            for o in chunk {
+                pipe.hset_nx(self.keys.users(g), o.user_id.get(), format!("o:{}", o.request_id)).ignore();
+                pipe.set(self.keys.result(g, o.user_id), StoredResult::Success(o.order_id.get()).encode())
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        Ok(())
+    }
+
+    /// A consistent look at the sale's Redis data (see `scripts::SNAPSHOT`).
+    pub async fn snapshot(&self, g: GoodsId) -> Result<Snapshot, GateError> {
+        let mut conn = self.conn();
+        let raw: Vec<Option<String>> = self
+            .scripts
+            .snapshot
+            .key(self.keys.stock(g))
+            .key(self.keys.users(g))
+            .key(self.keys.pending(g))
+            .key(self.keys.epoch(g))
+            .key(self.keys.holdback(g))
+            .invoke_async(&mut conn)
+            .await?;
+        let int = |i: usize| raw.get(i).cloned().flatten().and_then(|v| v.parse::<i64>().ok());
+        Ok(Snapshot {
+            stock: int(0),
+            epoch: raw.get(1).cloned().flatten().as_deref().and_then(Epoch::parse),
+            holdback: int(2),
+            ordered: int(3).unwrap_or_default(),
+            pending: int(4).unwrap_or_default(),
+            in_flight: raw.iter().skip(5).flatten().filter_map(|id| id.parse().ok()).collect(),
+        })
+    }
+
+    /// Corrects the stock by `delta` if the sale is still in `epoch` (see `scripts::ADJUST`);
+    /// `end_recovery` also drops the held-back units. The new stock, or None if unchanged.
+    pub async fn adjust(
+        &self,
+        g: GoodsId,
+        epoch: Epoch,
+        delta: i64,
+        end_recovery: bool,
+    ) -> Result<Option<i64>, GateError> {
+        let mut conn = self.conn();
+        Ok(self
+            .scripts
+            .adjust
+            .key(self.keys.stock(g))
+            .key(self.keys.epoch(g))
+            .key(self.keys.holdback(g))
+            .arg(epoch.to_string())
+            .arg(delta)
+            .arg(if end_recovery { "1" } else { "0" })
+            .invoke_async(&mut conn)
+            .await?)
+    }
+
+    /// Takes the sale's rebuild lock for `ttl_ms` (it lapses if its holder dies). False when
+    /// another instance holds it.
+    pub async fn lock_rebuild(&self, g: GoodsId, ttl_ms: u64) -> Result<bool, GateError> {
+        let mut conn = self.conn();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.keys.rebuild_lock(g))
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut conn)
+            .await?;
+        Ok(set.is_some())
+    }
+
+    pub async fn unlock_rebuild(&self, g: GoodsId) -> Result<(), GateError> {
+        let mut conn = self.conn();
+        conn.del::<_, ()>(self.keys.rebuild_lock(g)).await?;
+        Ok(())
+    }
+
+    /// Writes a buyer's result (the result poll's answer from the order authority), for
+    /// `ttl_secs` when given.
+    pub async fn set_result(
+        &self,
+        g: GoodsId,
+        u: UserId,
+        result: StoredResult,
+        ttl_secs: Option<u64>,
+    ) -> Result<(), GateError> {
+        let mut conn = self.conn();
+        match ttl_secs {
+            // NX: a reservation taken meanwhile wrote `queued`, which must stay.
+            Some(ttl) => {
+                redis::cmd("SET")
+                    .arg(self.keys.result(g, u))
+                    .arg(result.encode())
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl)
+                    .query_async::<()>(&mut conn)
+                    .await?
+            }
+            None => conn.set::<_, _, ()>(self.keys.result(g, u), result.encode()).await?,
+        }
+        Ok(())
+    }
+
+    /// The sale's epoch, if it is loaded.
+    pub async fn epoch(&self, g: GoodsId) -> Result<Option<Epoch>, GateError> {
+        let mut conn = self.conn();
+        let raw: Option<String> = conn.get(self.keys.epoch(g)).await?;
+        Ok(raw.as_deref().and_then(Epoch::parse))
     }
 
     /// The user's path token: the live one, or a new one valid for `ttl_secs`.

@@ -1,12 +1,14 @@
 //! seckill-service: the front line of a flash sale. Answers most buyers from an in-process
 //! sold-out flag, gates the rest with one atomic Redis script, enqueues the accepted requests
-//! with publisher confirms, and answers result polls from Redis.
+//! with publisher confirms, answers result polls from Redis (or, when Redis lost them, from the
+//! order authority), and rebuilds a sale's Redis data from the authorities after a loss.
 
 pub mod broadcast;
 pub mod configuration;
 pub mod confirmations;
 pub mod gate;
 pub mod reconcile;
+pub mod restore;
 pub mod routes;
 pub mod sales;
 pub mod startup;

@@ -1,21 +1,30 @@
-//! Gives back reservations whose message the broker never confirmed: the process died between
-//! the reserve script and the confirm, or the undo after a failed publish could not reach
-//! Redis. The user then sees `failed` and the unit is sold again. A reservation whose message
-//! did reach the broker is claimed by the order consumer first, and the undo leaves it alone.
+//! The background upkeep of every sale this instance knows, ended ones included:
+//! - a reservation whose message the broker never confirmed (the process died between the
+//!   reserve script and the confirm, or the confirm was lost) is published again. Never given
+//!   back: a pending entry older than a timeout is no proof that its message is gone (consumer
+//!   lag of minutes is normal in a spike), and the consumer is idempotent on the request id, so
+//!   a second copy is harmless while a lost one would leave a buyer told 202 with nothing;
+//! - a sale recovering from a loss of its Redis data ends its recovery once the broker holds no
+//!   request of the lost data (`restore::end_recovery_when_quiet`);
+//! - every `seckill.audit_interval_secs`, the open sales are audited, which keeps the
+//!   disagreement metrics current.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::web;
-use seckill_common::scripts::StoredResult;
+use seckill_common::amqp::OrderRequest;
+use seckill_common::api::SaleWindow;
 use tokio_util::sync::CancellationToken;
 
-use crate::sales::now_ms;
+use crate::restore;
+use crate::routes::buy::order_message;
+use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 
 pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
     let every = Duration::from_secs(state.settings.reconcile_interval_secs.max(1));
-    let after_ms =
-        i64::try_from(state.settings.reconcile_after_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let audit_every = Duration::from_secs(state.settings.audit_interval_secs.max(1));
+    let mut last_audit = Instant::now();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -23,28 +32,53 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let before = now_ms().saturating_sub(after_ms);
+        let audit_now = last_audit.elapsed() >= audit_every;
+        if audit_now {
+            last_audit = Instant::now();
+        }
         for sale in state.sales.all() {
-            let stale = match state.gate.unconfirmed(sale.id(), before).await {
-                Ok(stale) => stale,
-                Err(e) => {
-                    tracing::warn!(error = %e, goods_id = %sale.id(), "reconciler cannot read redis");
-                    continue;
+            republish_unconfirmed(&state, &sale).await;
+            if let Err(e) = restore::end_recovery_when_quiet(&state, &sale).await {
+                tracing::warn!(error = %e, goods_id = %sale.id(), "recovery check failed; next tick tries again");
+            }
+            if audit_now
+                && sale.window_now() == SaleWindow::Open
+                && let Err(e) = restore::audit(&state, sale.id()).await
+            {
+                tracing::warn!(error = %e, goods_id = %sale.id(), "audit failed");
+            }
+        }
+    }
+}
+
+async fn republish_unconfirmed(state: &AppState, sale: &Sale) {
+    let after_ms =
+        i64::try_from(state.settings.reconcile_after_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let g = sale.id();
+    let stale = match state.gate.unconfirmed(g, now_ms().saturating_sub(after_ms)).await {
+        Ok(stale) if stale.is_empty() => return,
+        Ok(stale) => stale,
+        Err(e) => return tracing::warn!(error = %e, goods_id = %g, "reconciler cannot read redis"),
+    };
+    let epoch = match state.gate.epoch(g).await {
+        Ok(epoch) => epoch,
+        Err(e) => return tracing::warn!(error = %e, goods_id = %g, "reconciler cannot read redis"),
+    };
+    for (user, request_id) in stale {
+        let msg = OrderRequest::new(request_id, user, g, now_ms()).with_epoch(epoch);
+        let Ok((body, properties)) = order_message(&msg, "") else { continue };
+        match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
+            Ok(()) => {
+                if let Err(e) = state.gate.confirmed(&[(g, user, request_id)]).await {
+                    tracing::warn!(error = %e, "pending entry not cleared; it is published again later");
                 }
-            };
-            for (user, request_id) in stale {
-                match state.gate.undo(sale.id(), user, request_id, Some(StoredResult::Failed)).await {
-                    Ok(true) => {
-                        metrics::counter!("seckill_reservations_reconciled_total").increment(1);
-                        sale.clear_sold_out();
-                        tracing::warn!(
-                            goods_id = %sale.id(), user_id = %user, %request_id,
-                            "reservation without a confirmed message given back"
-                        );
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "reconciler undo failed; will retry"),
-                }
+                metrics::counter!("seckill_reservations_republished_total").increment(1);
+                tracing::warn!(goods_id = %g, user_id = %user, %request_id,
+                    "reservation without a confirmed message: published again");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, goods_id = %g, "reconciler cannot publish; next tick tries again");
+                return;
             }
         }
     }

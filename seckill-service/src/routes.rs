@@ -5,6 +5,7 @@ pub mod buy;
 
 use actix_web::{HttpResponse, web};
 
+use crate::restore;
 use crate::state::AppState;
 
 /// The buyer's routes come first, the order first of all: the router tries routes in this
@@ -14,7 +15,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/seckill/{goods_id}/token", web::post().to(buy::path_token))
         .route("/api/seckill/{goods_id}/result", web::get().to(buy::result))
         .route("/readyz", web::get().to(readyz))
-        .route("/api/admin/goods", web::post().to(admin::create_sale));
+        .route("/api/admin/goods", web::post().to(admin::create_sale))
+        .route("/api/admin/goods/{goods_id}/audit", web::get().to(restore::audit_route))
+        .route("/api/admin/goods/{goods_id}/repair", web::post().to(restore::repair_route));
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

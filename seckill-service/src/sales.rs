@@ -1,8 +1,8 @@
 //! The sales this instance knows: goods details cached in-process (they do not change during a
-//! sale), each with its sold-out flag, and the loading of their stock into Redis.
+//! sale), each with its sold-out flag. Loading a sale into Redis is `restore`'s.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -13,8 +13,6 @@ use seckill_infra::stock_client::StockClient;
 use seckill_web::ApiError;
 use tokio::sync::Mutex;
 
-use crate::gate::Gate;
-
 /// How long an unknown goods id is answered 404 without asking stock-service again, so a
 /// flood of requests for a bad id does not become a flood of calls.
 const UNKNOWN_TTL: Duration = Duration::from_secs(2);
@@ -23,11 +21,14 @@ pub struct Sale {
     pub goods: Goods,
     /// Until this instant (Unix ms) requests are answered SOLD_OUT without asking Redis.
     sold_out_until_ms: AtomicI64,
+    /// While the sale recovers from a loss of its Redis data: the broker was seen with no buy
+    /// request waiting (the recovery ends at the second such look in a row; see `restore`).
+    pub queue_seen_empty: AtomicBool,
 }
 
 impl Sale {
     fn new(goods: Goods) -> Self {
-        Self { goods, sold_out_until_ms: AtomicI64::new(0) }
+        Self { goods, sold_out_until_ms: AtomicI64::new(0), queue_seen_empty: AtomicBool::new(false) }
     }
 
     pub fn id(&self) -> GoodsId {
@@ -66,15 +67,15 @@ pub struct SaleBook {
     /// One cache miss at a time asks stock-service; the others wait and find it cached.
     loading: Mutex<()>,
     stock: Arc<StockClient>,
-    gate: Arc<Gate>,
 }
 
 impl SaleBook {
-    pub fn new(stock: Arc<StockClient>, gate: Arc<Gate>) -> Self {
-        Self { sales: DashMap::new(), unknown: DashMap::new(), loading: Mutex::new(()), stock, gate }
+    pub fn new(stock: Arc<StockClient>) -> Self {
+        Self { sales: DashMap::new(), unknown: DashMap::new(), loading: Mutex::new(()), stock }
     }
 
-    /// The sale, from memory or, on a miss, from stock-service (then loaded into Redis).
+    /// The sale, from memory or, on a miss, from stock-service. Its Redis data is loaded by
+    /// the first reserve that finds it missing (`restore::rebuild`).
     pub async fn get(&self, g: GoodsId) -> Result<Arc<Sale>, ApiError> {
         if let Some(sale) = self.sales.get(&g) {
             return Ok(sale.clone());
@@ -90,7 +91,7 @@ impl SaleBook {
             return Err(not_found(g));
         }
         match self.stock.goods(g).await.map_err(|e| ApiError::unavailable("stock-service", e))? {
-            Some(goods) => Ok(self.publish(goods).await?),
+            Some(goods) => Ok(self.cache(goods)),
             None => {
                 self.unknown.insert(g, Instant::now());
                 Err(not_found(g))
@@ -102,42 +103,18 @@ impl SaleBook {
         self.unknown.get(&g).is_some_and(|at| at.elapsed() < UNKNOWN_TTL)
     }
 
-    /// Makes a sale ready to sell: its stock into Redis (unless already there) and into the
-    /// cache.
-    pub async fn publish(&self, goods: Goods) -> Result<Arc<Sale>, crate::gate::GateError> {
+    /// Remembers a sale (its goods do not change).
+    pub fn cache(&self, goods: Goods) -> Arc<Sale> {
         let g = goods.id;
-        if self.gate.load_stock(g, goods.stock_available).await? {
-            tracing::info!(goods_id = %g, stock = goods.stock_available, "sale stock loaded into redis");
-        }
         self.unknown.remove(&g);
         let sale = Arc::new(Sale::new(goods));
         self.sales.insert(g, sale.clone());
-        Ok(sale)
+        sale
     }
 
-    /// Redis lost a sale's stock (flushed or replaced): load it again from the authority.
-    pub async fn reload(&self, g: GoodsId) -> Result<Arc<Sale>, ApiError> {
-        let goods = self
-            .stock
-            .goods(g)
-            .await
-            .map_err(|e| ApiError::unavailable("stock-service", e))?
-            .ok_or_else(|| not_found(g))?;
-        tracing::warn!(goods_id = %g, stock = goods.stock_available, "sale stock missing in redis: reloaded");
-        Ok(self.publish(goods).await?)
-    }
-
-    /// At start: every sale not yet ended, loaded. Returns how many.
-    pub async fn warm_all(&self) -> anyhow::Result<usize> {
-        let now = Utc::now();
-        let mut loaded = 0;
-        for goods in self.stock.list_goods().await? {
-            if goods.window_at(now) != SaleWindow::Ended {
-                self.publish(goods).await?;
-                loaded += 1;
-            }
-        }
-        Ok(loaded)
+    /// Every sale stock-service lists (ended ones too: the reconciler still looks at them).
+    pub async fn cache_all(&self) -> anyhow::Result<Vec<Arc<Sale>>> {
+        Ok(self.stock.list_goods().await?.into_iter().map(|goods| self.cache(goods)).collect())
     }
 
     /// The sale if this instance knows it (no call to stock-service).

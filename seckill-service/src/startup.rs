@@ -8,6 +8,7 @@ use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
 use seckill_infra::amqp::{Declare, Publisher};
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
+use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
 use seckill_web::{Application, Lifecycle};
 
@@ -16,7 +17,7 @@ use crate::confirmations::Confirmations;
 use crate::gate::Gate;
 use crate::sales::SaleBook;
 use crate::state::AppState;
-use crate::{broadcast, reconcile, routes};
+use crate::{broadcast, reconcile, restore, routes};
 
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
@@ -39,19 +40,22 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     lifecycle.spawn(clearing);
     let state = web::Data::new(AppState {
         settings: settings.seckill.clone(),
-        sales: SaleBook::new(stock.clone(), gate.clone()),
+        sales: SaleBook::new(stock.clone()),
         gate,
         publisher,
         stock,
+        orders: OrderClient::new(&settings.upstreams)?,
         names: names.clone(),
         confirmations,
+        retry_delay_ms: settings.amqp.retry_delay_ms,
+        confirm_timeout_ms: settings.amqp.confirm_timeout_ms,
     });
 
     // Warm-up in the background: a stock-service still starting must not stop this one; a
     // sale not warmed yet loads on its first request.
     let warming = state.clone();
     lifecycle.spawn(async move {
-        match warming.sales.warm_all().await {
+        match restore::warm_up(&warming).await {
             Ok(n) => tracing::info!(sales = n, "sales warmed up"),
             Err(e) => tracing::warn!(error = %e, "warm-up failed; sales load on first request"),
         }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use seckill_common::amqp::AmqpNames;
 use seckill_infra::amqp::Publisher;
+use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
 
 use crate::configuration::SeckillSettings;
@@ -17,6 +18,12 @@ pub struct AppState {
     pub sales: SaleBook,
     pub publisher: Publisher,
     pub stock: Arc<StockClient>,
+    pub orders: OrderClient,
     pub names: AmqpNames,
     pub confirmations: Confirmations,
+    /// `amqp.retry_delay_ms`: names the orders queue's retry queue, whose waiting requests a
+    /// rebuild counts.
+    pub retry_delay_ms: u64,
+    /// `amqp.confirm_timeout_ms`: the longest a publish of a lost epoch may still land.
+    pub confirm_timeout_ms: u64,
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use seckill_common::api::{DeductItemResult, DeductOutcome, DeductRequest};
+use seckill_common::api::{DeductItemResult, DeductOutcome, DeductRequest, HeldResponse};
 use uuid::Uuid;
 
 use crate::schema::{goods, stock_ledger};
@@ -178,4 +178,43 @@ pub async fn held(conn: &mut AsyncPgConnection, goods_id: i64) -> QueryResult<i6
         .first::<Option<i64>>(conn)
         .await
         .map(Option::unwrap_or_default)
+}
+
+/// A sale's counts at one instant (one repeatable-read transaction), and how many of
+/// `order_keys` hold a unit (deducted, not released): what the audit and the repair of the
+/// Redis data compare against. None when there is no such goods.
+pub async fn counts(
+    conn: &mut AsyncPgConnection,
+    goods_id: i64,
+    order_keys: &[Uuid],
+) -> QueryResult<Option<HeldResponse>> {
+    let order_keys = order_keys.to_vec();
+    conn.build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async move |conn| {
+            let Some((stock_total, stock_available)) = goods::table
+                .find(goods_id)
+                .select((goods::stock_total, goods::stock_available))
+                .first::<(i64, i64)>(conn)
+                .await
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let held_units = held(conn, goods_id).await?;
+            let keys_held = if order_keys.is_empty() {
+                0
+            } else {
+                stock_ledger::table
+                    .filter(stock_ledger::order_key.eq_any(&order_keys))
+                    .filter(stock_ledger::goods_id.eq(goods_id))
+                    .filter(stock_ledger::released_at.is_null())
+                    .count()
+                    .get_result(conn)
+                    .await?
+            };
+            Ok(Some(HeldResponse { stock_total, stock_available, held_units, keys_held }))
+        })
+        .await
 }

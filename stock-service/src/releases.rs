@@ -20,13 +20,22 @@ pub struct ReleaseHandler {
 }
 
 impl ReleaseHandler {
+    /// Every failure of a release that decodes goes back to the queue after the pause, no try
+    /// counted: a release is a unit owed back to the sale, and order-service's outbox counts it
+    /// as sent once the broker confirmed it, so a dead-lettered release would strand that unit
+    /// for good. Every step is idempotent, so trying again is always safe; a release that keeps
+    /// failing costs a pause per try, shows in the log and in `stock_release_failures_total`,
+    /// and delays the messages after it in its batch by that pause only. Undecodable messages
+    /// still go to the dead letters.
     pub async fn handle(&self, inbox: Inbox) -> anyhow::Result<()> {
         inbox
-            .each(
-                self.outage_pause,
-                is_outage,
-                |release: Release| async move { self.release(&release).await },
-            )
+            .each(self.outage_pause, always, |release: Release| async move {
+                self.release(&release).await.inspect_err(|e| {
+                    tracing::error!(order_key = %release.order_key, goods_id = %release.goods_id,
+                        outage = is_outage(e), error = format!("{e:#}"), "release failed; it will be tried again");
+                    metrics::counter!("stock_release_failures_total").increment(1);
+                })
+            })
             .await
     }
 
@@ -48,6 +57,12 @@ impl ReleaseHandler {
     }
 }
 
+/// The `is_outage` of [`Inbox::each`] for releases: every failure is requeued, none counted.
+fn always(_: &anyhow::Error) -> bool {
+    true
+}
+
+/// For the log: a dependency down, or a failure of its own (a bug, a bad row).
 fn is_outage(e: &anyhow::Error) -> bool {
     seckill_db::is_outage(e) || seckill_infra::is_outage(e)
 }

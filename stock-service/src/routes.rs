@@ -13,7 +13,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/admin/goods", web::post().to(goods::create))
         .route("/internal/stock/deduct", web::post().to(internal::deduct))
         .route("/internal/stock/deduct-batch", web::post().to(internal::deduct_batch))
-        .route("/internal/stock/release", web::post().to(internal::release));
+        .route("/internal/stock/release", web::post().to(internal::release))
+        // The keys of a sale's reservations in flight can outgrow the usual body limit.
+        .service(
+            web::resource("/internal/stock/{goods_id}/held")
+                .app_data(seckill_web::extract::json_config(internal::HELD_BODY_LIMIT))
+                .route(web::post().to(internal::held)),
+        );
 }
 
 async fn readyz(pool: web::Data<PgPool>) -> HttpResponse {

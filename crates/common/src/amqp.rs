@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ids::{GoodsId, OrderId, UserId};
+use crate::scripts::Epoch;
 
 /// The version every message of this build writes; readers reject others to the dead letters.
 pub const MESSAGE_VERSION: u32 = 1;
@@ -17,11 +18,19 @@ pub struct OrderRequest {
     pub goods_id: GoodsId,
     /// When the reservation was taken, Unix milliseconds.
     pub ts: i64,
+    /// The sale's epoch in Redis when the reservation was taken: lets the order consumer tell a
+    /// reservation given back from one that Redis lost. Absent from older producers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<Epoch>,
 }
 
 impl OrderRequest {
     pub fn new(request_id: Uuid, user_id: UserId, goods_id: GoodsId, ts: i64) -> Self {
-        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts }
+        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts, epoch: None }
+    }
+
+    pub fn with_epoch(self, epoch: Option<Epoch>) -> Self {
+        Self { epoch, ..self }
     }
 }
 

@@ -244,6 +244,105 @@ pub struct ReleaseResponse {
     pub released: bool,
 }
 
+/// An active (unpaid or paid) order, as order-service tells seckill-service about it when Redis
+/// must be rebuilt or a buyer's result is missing: `GET /internal/orders/active?goods_id=G`
+/// with `&user_id=U` (that buyer's), or `&after_id=A&limit=L` (a page, by order id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveOrder {
+    pub order_id: OrderId,
+    pub user_id: UserId,
+    pub request_id: Uuid,
+}
+
+/// `GET /internal/orders/count?goods_id=G`: a sale's active orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderCount {
+    pub active: i64,
+}
+
+/// `POST /internal/stock/{goods_id}/held`: which of these requests hold a unit at the
+/// authority (deducted, not released).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldRequest {
+    pub order_keys: Vec<Uuid>,
+}
+
+/// The authority's counts of one sale, read in one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldResponse {
+    pub stock_total: i64,
+    pub stock_available: i64,
+    /// Units held by deductions not released (the ledger).
+    pub held_units: i64,
+    /// How many of the asked keys hold a unit.
+    pub keys_held: i64,
+}
+
+/// A sale's Redis data, as the audit saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisAudit {
+    /// The stock key exists (the sale can sell).
+    pub loaded: bool,
+    pub epoch: Option<crate::scripts::Epoch>,
+    pub stock: Option<i64>,
+    /// Units held back while the sale recovers from a loss of its Redis data.
+    pub holdback: Option<i64>,
+    /// Reservations that are orders.
+    pub reservations_ordered: i64,
+    /// Reservations not yet orders (reserved, or claimed by the order consumer).
+    pub reservations_in_flight: i64,
+    /// Reservations whose message the broker has not confirmed yet (the reconciler's list).
+    pub pending: i64,
+}
+
+/// The authorities' side of the audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorityAudit {
+    pub stock_total: i64,
+    pub stock_available: i64,
+    pub ledger_held: i64,
+    pub active_orders: i64,
+    /// Of the reservations in flight, those already deducted at the authority.
+    pub in_flight_deducted: i64,
+}
+
+/// The buy queue, as the broker counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueAudit {
+    /// Buy requests waiting in `seckill.orders` and its retry queue.
+    pub waiting: u32,
+    pub consumers: u32,
+}
+
+/// `GET /api/admin/goods/{id}/audit`: how Redis, the stock ledger and the orders compare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaleAudit {
+    pub goods_id: GoodsId,
+    pub redis: RedisAudit,
+    pub authority: AuthorityAudit,
+    pub queue: QueueAudit,
+    /// What the Redis stock should be: available at the authority, less the reservations in
+    /// flight not yet deducted there, less the units held back.
+    pub expected_redis_stock: i64,
+    /// True when every comparison holds. Requests in flight make some differ for a moment:
+    /// judge a sale when its queue is empty.
+    pub agrees: bool,
+    /// Each comparison that does not hold, in words.
+    pub differences: Vec<String>,
+}
+
+/// `POST /api/admin/goods/{id}/repair`: what the repair changed, and the audit after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaleRepair {
+    /// The Redis stock before (None: the sale was not loaded, and was rebuilt).
+    pub stock_before: Option<i64>,
+    pub stock_after: Option<i64>,
+    /// Active orders written back into Redis (reservations and results).
+    pub orders_restored: usize,
+    pub audit: SaleAudit,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

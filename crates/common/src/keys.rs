@@ -25,8 +25,9 @@ impl RedisKeys {
         format!("{}seckill:{{{g}}}:stock", self.prefix)
     }
 
-    /// Hash of the users holding a reservation: user id -> the request id that holds it
-    /// (prefixed `c:` once the order consumer has claimed it).
+    /// Hash of the users holding a reservation: user id -> the request id that holds it, bare
+    /// while only reserved, `c:<id>` once the order consumer has claimed it, `o:<id>` once it is
+    /// an order.
     pub fn users(&self, g: GoodsId) -> String {
         format!("{}seckill:{{{g}}}:users", self.prefix)
     }
@@ -45,6 +46,25 @@ impl RedisKeys {
     /// A user's path token for one sale.
     pub fn token(&self, g: GoodsId, u: UserId) -> String {
         format!("{}seckill:{{{g}}}:token:{u}", self.prefix)
+    }
+
+    /// The sale's epoch: a new value each time its data is loaded into Redis, carried by each
+    /// reservation's message, so the order consumer can tell a reservation given back (same
+    /// epoch) from one Redis lost (the epoch changed or is gone). See `scripts::Epoch`.
+    pub fn epoch(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:epoch", self.prefix)
+    }
+
+    /// Present while the sale recovers from a loss of its Redis data: the units held back for
+    /// accepted requests that were still in the queue when it happened (an upper bound, from the
+    /// broker's count), so that nobody is accepted for a unit one of them will take.
+    pub fn holdback(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:holdback", self.prefix)
+    }
+
+    /// Held by the one instance rebuilding the sale's data from the authorities.
+    pub fn rebuild_lock(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:rebuilding", self.prefix)
     }
 
     /// A pattern matching every key under this prefix (for clean-up in tests and tools).
@@ -66,6 +86,8 @@ mod tests {
         assert_eq!(k.users(g), "t1:seckill:{7}:users");
         assert_eq!(k.result(g, u), "t1:seckill:{7}:result:42");
         assert_eq!(k.token(g, u), "t1:seckill:{7}:token:42");
+        assert_eq!(k.epoch(g), "t1:seckill:{7}:epoch");
+        assert_eq!(k.holdback(g), "t1:seckill:{7}:holdback");
         assert_eq!(RedisKeys::default().stock(g), "seckill:{7}:stock");
     }
 }

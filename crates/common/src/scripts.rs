@@ -2,36 +2,53 @@
 //! order-service claims and settles. Each runs atomically on the keys of one sale (one hash
 //! slot; see `keys`). Reservations are recorded as `users[user] = request_id`, turned into
 //! `c:<request_id>` when the order consumer claims them, so a late undo can never take back a
-//! reservation that is already becoming an order.
+//! reservation that is already becoming an order, and into `o:<request_id>` once it is one.
+//! Every script that gives a unit back checks the stock key exists: after Redis lost its data,
+//! only a load (with its epoch) may create it.
 
 /// Reserve one unit.
-/// KEYS: stock, users, pending, result, token. ARGV: user, request id, now (ms), path token
-/// (empty when not required).
-/// Returns the units left after this reservation (>= 0), or a refusal code below.
+/// KEYS: stock, users, pending, result, token, epoch. ARGV: user, request id, now (ms), path
+/// token (empty when not required).
+/// Returns `{code, epoch}`: code is the units left after this reservation (>= 0) or a refusal
+/// code below; epoch is the sale's epoch, which the request's message carries.
 /// Order of checks: the sale is loaded (else nothing is touched, not even the token, so the
 /// caller can load it and call again); repeat (a buyer who holds a unit is told so whatever
 /// token the click carries, and a repeat click never touches the token or the stock); token
 /// (a wrong one consumes nothing); stock, which never goes below zero.
 pub const RESERVE: &str = r"
 local stock = tonumber(redis.call('GET', KEYS[1]))
-if stock == nil then return -2 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return -1 end
+if stock == nil then return {-2, false} end
+local epoch = redis.call('GET', KEYS[6])
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {-1, epoch} end
 if ARGV[4] ~= '' then
-  if redis.call('GET', KEYS[5]) ~= ARGV[4] then return -3 end
+  if redis.call('GET', KEYS[5]) ~= ARGV[4] then return {-3, epoch} end
   redis.call('DEL', KEYS[5])
 end
-if stock <= 0 then return -4 end
+if stock <= 0 then return {-4, epoch} end
 redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. ':' .. ARGV[2])
 redis.call('SET', KEYS[4], 'queued')
-return stock - 1
+return {stock - 1, epoch}
 ";
 
 pub const RESERVE_REPEATED: i64 = -1;
 pub const RESERVE_NOT_LOADED: i64 = -2;
 pub const RESERVE_BAD_TOKEN: i64 = -3;
 pub const RESERVE_SOLD_OUT: i64 = -4;
+
+/// Load a sale's data into Redis, unless its stock is there already (then nothing changes).
+/// KEYS: stock, epoch, holdback. ARGV: stock, new epoch, units held back ('' when none: a
+/// sale loaded for the first time has nothing in flight).
+/// Returns 1 if loaded now. The stock key goes last: until it exists the reserve script
+/// answers "not loaded", so nobody reserves against a half-written sale.
+pub const LOAD: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+if ARGV[3] == '' then redis.call('DEL', KEYS[3]) else redis.call('SET', KEYS[3], ARGV[3]) end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+";
 
 /// Give back a reservation that no order consumer has claimed.
 /// KEYS: stock, users, pending, result. ARGV: user, request id, result to leave (empty: delete).
@@ -46,9 +63,14 @@ return 1
 ";
 
 /// The order consumer claims the reservation its message stands for.
-/// KEYS: users, pending. ARGV: user, request id.
-/// Returns 1 when the reservation is this request's (claimed now or before), 0 when it was
-/// given back (the publisher's confirm failed, or the reconciler undid it): drop the message.
+/// KEYS: users, pending, epoch, stock, holdback. ARGV: user, request id, the message's epoch
+/// ('' from a producer older than epochs).
+/// Returns [`CLAIMED`] when the reservation is this request's (claimed now or before),
+/// [`GIVEN_BACK`] when it was given back in the epoch it was taken in (the publisher's confirm
+/// failed): drop the message; [`LOST`] when Redis lost it (the sale was reloaded since, or is
+/// not loaded): the request is served against the authorities. A lost request of a buyer who
+/// holds nothing in the new epoch is registered there as claimed, so a repeat click is told
+/// REPEATED, and its unit comes out of the units held back (or, past those, the stock).
 pub const CLAIM: &str = r"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held == ARGV[2] then
@@ -56,8 +78,34 @@ if held == ARGV[2] then
   redis.call('ZREM', KEYS[2], ARGV[1] .. ':' .. ARGV[2])
   return 1
 end
-if held == 'c:' .. ARGV[2] then return 1 end
-return 0
+if held == 'c:' .. ARGV[2] or held == 'o:' .. ARGV[2] then return 1 end
+local epoch = redis.call('GET', KEYS[3])
+if ARGV[3] == '' or epoch == ARGV[3] then return 0 end
+if epoch and not held then
+  redis.call('HSET', KEYS[1], ARGV[1], 'c:' .. ARGV[2])
+  if (tonumber(redis.call('GET', KEYS[5])) or 0) > 0 then
+    redis.call('DECR', KEYS[5])
+  elseif (tonumber(redis.call('GET', KEYS[4])) or 0) > 0 then
+    redis.call('DECR', KEYS[4])
+  end
+end
+return 2
+";
+
+pub const CLAIMED: i64 = 1;
+pub const GIVEN_BACK: i64 = 0;
+pub const LOST: i64 = 2;
+
+/// A request became an order: the buyer's result, and their reservation marked as an order
+/// (unless the buyer holds another request's reservation, which settles on its own).
+/// KEYS: users, result. ARGV: user, request id, order id.
+pub const SUCCEED: &str = r"
+redis.call('SET', KEYS[2], 'success:' .. ARGV[3])
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held == ARGV[2] or held == 'c:' .. ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], 'o:' .. ARGV[2])
+end
+return 1
 ";
 
 /// A claimed request that ends without an order: the user may try again; the unit goes back to
@@ -69,9 +117,23 @@ pub const FAIL_CLAIMED: &str = r"
 local held = redis.call('HGET', KEYS[2], ARGV[1])
 if held == 'c:' .. ARGV[2] or held == ARGV[2] then
   redis.call('HDEL', KEYS[2], ARGV[1])
-  if ARGV[3] == '1' then redis.call('INCR', KEYS[1]) end
+  if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
 end
 redis.call('SET', KEYS[3], 'failed')
+return 1
+";
+
+/// A request whose buyer already holds another active order of the sale (its deduction was
+/// released at the authority): the buyer's result is that order, their reservation becomes
+/// it, and the unit this request held in Redis goes back to the stock.
+/// KEYS: stock, users, result. ARGV: user, request id, the order's request id, the order's id.
+pub const SUPERSEDE: &str = r"
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held == ARGV[2] or held == 'c:' .. ARGV[2] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
+  redis.call('HSET', KEYS[2], ARGV[1], 'o:' .. ARGV[3])
+end
+redis.call('SET', KEYS[3], 'success:' .. ARGV[4])
 return 1
 ";
 
@@ -79,11 +141,48 @@ return 1
 /// and the buyer may try again. Idempotent: only the reservation of that request is undone.
 /// KEYS: stock, users, result. ARGV: user, request id. Returns 1 if restored now.
 pub const RESTORE: &str = r"
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= 'c:' .. ARGV[2] then return 0 end
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held ~= 'c:' .. ARGV[2] and held ~= 'o:' .. ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('INCR', KEYS[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
 redis.call('DEL', KEYS[3])
 return 1
+";
+
+/// A consistent look at a sale's Redis data, for the audit and the repair.
+/// KEYS: stock, users, pending, epoch, holdback.
+/// Returns strings: stock, epoch, holdback (each false when absent), the number of
+/// reservations that are orders, the number of pending entries, then the request id of every
+/// reservation that is not an order yet (reserved or claimed).
+/// O(reservations): a sale's audit or repair, never a request's path.
+pub const SNAPSHOT: &str = r"
+local out = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]), redis.call('GET', KEYS[5]), '0',
+  tostring(redis.call('ZCARD', KEYS[3]))}
+local ordered = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+  local kind = string.sub(v, 1, 2)
+  if kind == 'o:' then ordered = ordered + 1
+  elseif kind == 'c:' then out[#out + 1] = string.sub(v, 3)
+  else out[#out + 1] = v end
+end
+out[4] = tostring(ordered)
+return out
+";
+
+/// Corrects a sale's Redis stock by `delta` (computed from a snapshot and the authority), unless
+/// the sale was reloaded since the snapshot; never below zero. `end_recovery` = '1' also ends
+/// the recovery (the held-back units are in the corrected count).
+/// KEYS: stock, epoch, holdback. ARGV: the snapshot's epoch, delta, end_recovery.
+/// Returns the new stock, or false when nothing was changed.
+pub const ADJUST: &str = r"
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return false end
+local s = tonumber(redis.call('GET', KEYS[1]))
+if s == nil then return false end
+s = s + tonumber(ARGV[2])
+if s < 0 then s = 0 end
+redis.call('SET', KEYS[1], s)
+if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
+return s
 ";
 
 /// The path token: the same unused token while it lives, a new one after.
@@ -101,6 +200,9 @@ pub enum StoredResult {
     Queued,
     Success(i64),
     Failed,
+    /// The order authority had no order of this buyer when asked (kept a few seconds, so a
+    /// buyer polling a sale Redis knows nothing of does not query the database each time).
+    NoOrder,
 }
 
 impl StoredResult {
@@ -108,6 +210,7 @@ impl StoredResult {
         match s {
             "queued" => Some(Self::Queued),
             "failed" => Some(Self::Failed),
+            "none" => Some(Self::NoOrder),
             _ => s.strip_prefix("success:").and_then(|id| id.parse().ok()).map(Self::Success),
         }
     }
@@ -117,7 +220,40 @@ impl StoredResult {
             Self::Queued => "queued".into(),
             Self::Success(id) => format!("success:{id}"),
             Self::Failed => "failed".into(),
+            Self::NoOrder => "none".into(),
         }
+    }
+}
+
+/// A sale's epoch: a new one each time the sale's data is loaded into Redis. Its high bits are
+/// the load time in Unix milliseconds (how long a recovery has lasted), its low bits random
+/// (two replicas loading in the same millisecond differ). Stored and compared as a decimal
+/// string, never as a Lua number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    const RANDOM_BITS: u32 = 12;
+
+    pub fn new(now_ms: i64) -> Self {
+        let random = u64::from(uuid::Uuid::new_v4().as_u128() as u16) & ((1 << Self::RANDOM_BITS) - 1);
+        Self((u64::try_from(now_ms).unwrap_or(0) << Self::RANDOM_BITS) | random)
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        s.parse().ok().map(Self)
+    }
+
+    /// When the sale was loaded, Unix milliseconds.
+    pub fn loaded_at_ms(self) -> i64 {
+        i64::try_from(self.0 >> Self::RANDOM_BITS).unwrap_or(i64::MAX)
+    }
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -127,9 +263,20 @@ mod tests {
 
     #[test]
     fn stored_results_round_trip() {
-        for r in [StoredResult::Queued, StoredResult::Success(42), StoredResult::Failed] {
+        for r in
+            [StoredResult::Queued, StoredResult::Success(42), StoredResult::Failed, StoredResult::NoOrder]
+        {
             assert_eq!(StoredResult::parse(&r.encode()), Some(r));
         }
         assert_eq!(StoredResult::parse("success:x"), None);
+    }
+
+    #[test]
+    fn epochs_carry_their_load_time_and_differ() {
+        let now = 1_764_500_000_000;
+        let a = Epoch::new(now);
+        assert_eq!(a.loaded_at_ms(), now);
+        assert_eq!(Epoch::parse(&a.to_string()), Some(a));
+        assert!((0..20).map(|_| Epoch::new(now)).any(|b| b != a), "random low bits");
     }
 }

@@ -140,16 +140,50 @@ pub fn pool_error(e: PoolError) -> ApiError {
     ApiError::unavailable("database", e)
 }
 
-/// Maps a query error: a lost connection or a timeout is 503, anything else 500.
+/// Maps a query error: an outage (see [`outage`]) is 503, anything else 500.
 pub fn query_error(e: diesel::result::Error) -> ApiError {
-    use diesel::result::{DatabaseErrorKind, Error};
-    match &e {
-        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => ApiError::unavailable("database", e),
-        Error::DatabaseError(_, info) if info.message().contains("statement timeout") => {
-            ApiError::unavailable("database", e)
+    if outage(&e) {
+        return ApiError::unavailable("database", e);
+    }
+    match e {
+        diesel::result::Error::NotFound => ApiError::new(ErrorCode::NotFound, "not found"),
+        e => ApiError::internal(e),
+    }
+}
+
+/// Primary messages of the server errors that mean the database, not the query, failed.
+/// diesel-async reports SQLSTATEs it has no `DatabaseErrorKind` for as `Unknown` and its
+/// `DatabaseErrorInformation` hides the code, so the message is the only signal left. They are
+/// PostgreSQL's English texts: with another `lc_messages` these go unrecognised, but a
+/// connection the server ended still fails as `UnableToSendCommand` on its next use.
+const OUTAGE_MESSAGES: [&str; 3] = [
+    // FATAL, the session is over: 57P01 admin_shutdown (`pg_terminate_backend`, a fast
+    // shutdown), 57P02 crash_shutdown, 57P05 idle_session_timeout, recovery conflicts.
+    "terminating connection",
+    // 57P03 cannot_connect_now: starting up, shutting down, in recovery.
+    "the database system is",
+    // 57014 query_canceled, by our own `statement_timeout` (not by a user's cancel).
+    "canceling statement due to statement timeout",
+];
+
+/// True when a query failed because the database did, not the query: the connection is lost,
+/// the server ended the session, or the statement ran out of `statement_timeout`. Retrying
+/// later, on another connection, can succeed. Serialization failures and deadlocks are not
+/// outages: they are the query's own conflicts. The one classification behind both
+/// [`query_error`] and [`is_outage`], so an HTTP answer and a consumer cannot disagree.
+pub fn outage(e: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    match e {
+        // diesel-async answers every client-side failure without a SQLSTATE (socket closed or
+        // broken, its connection task gone) with `UnableToSendCommand`; diesel's libpq
+        // connection says `ClosedConnection`.
+        Error::DatabaseError(Kind::UnableToSendCommand | Kind::ClosedConnection, _) => true,
+        Error::DatabaseError(_, info) => OUTAGE_MESSAGES.iter().any(|m| info.message().starts_with(m)),
+        // A commit that failed with the connection, then its rollback too.
+        Error::RollbackErrorOnCommit { rollback_error, commit_error } => {
+            outage(commit_error) || outage(rollback_error)
         }
-        Error::NotFound => ApiError::new(ErrorCode::NotFound, "not found"),
-        _ => ApiError::internal(e),
+        _ => false,
     }
 }
 
@@ -159,19 +193,11 @@ pub async fn ping(pool: &PgPool) -> Result<(), String> {
     diesel::sql_query("SELECT 1").execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// True when the error chain holds a database outage: no connection from the pool in time, a
-/// lost connection, a statement timeout. Consumers then hand messages back without counting a
-/// try against them.
+/// True when the error chain holds a database outage: no connection from the pool (timeout,
+/// refused, failed setup: any `PoolError`) or a query [`outage`]. Consumers then hand messages
+/// back without counting a try against them.
 pub fn is_outage(e: &anyhow::Error) -> bool {
-    use diesel::result::{DatabaseErrorKind, Error};
     e.chain().any(|cause| {
-        if let Some(e) = cause.downcast_ref::<Error>() {
-            return match e {
-                Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => true,
-                Error::DatabaseError(_, info) => info.message().contains("statement timeout"),
-                _ => false,
-            };
-        }
-        cause.is::<PoolError>()
+        cause.is::<PoolError>() || cause.downcast_ref::<diesel::result::Error>().is_some_and(outage)
     })
 }

@@ -34,11 +34,19 @@ pub struct Options {
     pub seckill_replicas: usize,
     /// How long the sold-out flag answers alone (long: only a broadcast clears it in time).
     pub sold_out_recheck_ms: u64,
+    /// How old an unconfirmed reservation must be before the reconciler publishes it again.
+    pub reconcile_after_secs: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { require_token: true, order_ttl_secs: 1_800, seckill_replicas: 1, sold_out_recheck_ms: 1_000 }
+        Self {
+            require_token: true,
+            order_ttl_secs: 1_800,
+            seckill_replicas: 1,
+            sold_out_recheck_ms: 1_000,
+            reconcile_after_secs: 30,
+        }
     }
 }
 
@@ -51,7 +59,9 @@ pub const RETRY_DELAY_MS: u64 = 200;
 pub struct System {
     pub gateway: RunningService,
     pub seckill: Vec<RunningService>,
-    pub order: RunningService,
+    /// None while a test has it stopped (`stop_order`, `start_order`).
+    order: std::sync::Mutex<Option<RunningService>>,
+    order_settings: order_service::Settings,
     pub stock: RunningService,
     pub http: reqwest::Client,
     pub redis_keys: RedisKeys,
@@ -107,16 +117,22 @@ pub fn spawn_system_with(options: Options) -> System {
         ..Default::default()
     };
 
+    // order-service starts after seckill-service, which calls it: its port is chosen now, and
+    // kept when a test restarts it.
+    let order_port = free_port();
+    let order_url = format!("http://127.0.0.1:{order_port}");
     let seckill: Vec<RunningService> = (0..options.seckill_replicas.max(1))
         .map(|_| {
             let s = seckill_service::Settings {
                 http: http_settings(),
                 redis: redis.clone(),
                 amqp: amqp.clone(),
-                upstreams: upstreams("", ""),
+                upstreams: upstreams("", &order_url),
                 seckill: seckill_service::configuration::SeckillSettings {
                     require_token: options.require_token,
                     sold_out_recheck_ms: options.sold_out_recheck_ms,
+                    reconcile_interval_secs: 1,
+                    reconcile_after_secs: options.reconcile_after_secs,
                     ..Default::default()
                 },
                 ..Default::default()
@@ -125,8 +141,8 @@ pub fn spawn_system_with(options: Options) -> System {
         })
         .collect();
 
-    let s = order_service::Settings {
-        http: http_settings(),
+    let order_settings = order_service::Settings {
+        http: HttpSettings { port: Some(order_port), ..http_settings() },
         database: database(&order_db),
         redis,
         amqp,
@@ -140,13 +156,14 @@ pub fn spawn_system_with(options: Options) -> System {
         },
         ..Default::default()
     };
+    let s = order_settings.clone();
     let order = RunningService::start(move || order_service::startup::build(s));
 
     let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
     let s = gateway::configuration::Settings {
         http: http_settings(),
         auth: seckill_common::config::AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
-        upstreams: upstreams(&replicas.join(","), &order.url()),
+        upstreams: upstreams(&replicas.join(","), &order_url),
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));
@@ -154,7 +171,8 @@ pub fn spawn_system_with(options: Options) -> System {
     System {
         gateway,
         seckill,
-        order,
+        order: std::sync::Mutex::new(Some(order)),
+        order_settings,
         stock,
         http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
         redis_keys,
@@ -163,6 +181,14 @@ pub fn spawn_system_with(options: Options) -> System {
         order_db,
         names,
     }
+}
+
+/// A loopback port free at this moment (the OS picks it; the listener is closed at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 /// A response's status and JSON body (Null when it has none).
@@ -174,6 +200,32 @@ async fn answer(res: reqwest::Response) -> Answer {
 }
 
 impl System {
+    /// Stops order-service gracefully (as on SIGTERM): buy requests then wait in the queue.
+    pub async fn stop_order(&self) {
+        let running = self.order.lock().unwrap().take();
+        if let Some(order) = running {
+            order.stop().await;
+        }
+    }
+
+    /// Starts order-service again, on the same port and databases.
+    pub fn start_order(&self) {
+        let s = self.order_settings.clone();
+        let mut slot = self.order.lock().unwrap();
+        assert!(slot.is_none(), "order-service is running");
+        *slot = Some(RunningService::start(move || order_service::startup::build(s)));
+    }
+
+    /// What a Redis restart without persistence does to this system: every key gone (only this
+    /// test's keys; the connections stay, as other tests share the server).
+    pub async fn lose_redis_data(&self) {
+        let mut conn = self.redis().await;
+        let keys: Vec<String> = conn.keys(format!("{}*", self.redis_keys.prefix())).await.unwrap();
+        if !keys.is_empty() {
+            let _: () = conn.del(keys).await.unwrap();
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway.url())
     }
@@ -241,6 +293,27 @@ impl System {
             return (status, body);
         }
         self.order(user_token, g, body["token"].as_str()).await
+    }
+
+    /// Path token then order, again after a 503 (a dependency down or the sale being restored),
+    /// as a buyer's client does, for up to `within`.
+    pub async fn buy_retrying(&self, user_token: &str, g: GoodsId, within: Duration) -> Answer {
+        let deadline = Instant::now() + within;
+        loop {
+            let (status, body) = self.buy(user_token, g).await;
+            if status != 503 || Instant::now() > deadline {
+                return (status, body);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The admin's audit of a sale.
+    pub async fn audit(&self, g: GoodsId) -> seckill_common::api::SaleAudit {
+        let admin = self.dev_token(1, "admin").await;
+        let (status, body) = self.get(&format!("/api/admin/goods/{g}/audit"), Some(&admin)).await;
+        assert_eq!(status, 200, "audit: {body}");
+        serde_json::from_value(body).unwrap()
     }
 
     /// The buyer's result. A 503 (a dependency slow to answer on a loaded machine) is retried,

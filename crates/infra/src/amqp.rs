@@ -251,6 +251,25 @@ impl Publisher {
         Ok(fresh)
     }
 
+    /// Messages ready in `queues`, and the consumers of the first, as the broker counts them.
+    /// Passive declares, on a channel of their own: a missing queue closes only that channel.
+    /// Messages a consumer holds unacknowledged are not counted.
+    pub async fn queue_counts(&self, queues: &[String]) -> Result<(u32, u32), PublishError> {
+        let link = self.current_link().await?;
+        let channel = link.connection.create_channel().await?;
+        let (mut ready, mut consumers) = (0, 0);
+        for (i, q) in queues.iter().enumerate() {
+            let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+            let declared = channel.queue_declare(q.as_str().into(), passive, FieldTable::default()).await?;
+            ready += declared.message_count();
+            if i == 0 {
+                consumers = declared.consumer_count();
+            }
+        }
+        let _ = channel.close(200, "counted".into()).await;
+        Ok((ready, consumers))
+    }
+
     pub async fn close(&self) {
         let link = self.link.read().await.clone();
         close_quietly(&link.connection).await;

@@ -1,11 +1,14 @@
 //! Redis and RabbitMQ plumbing shared by seckill-service and order-service: the shared Redis connection and
 //! the buy-path scripts, the AMQP connection, the queue topology (declared in one place), and
-//! a publisher that waits for the broker's confirms, and the typed client of stock-service.
+//! a publisher that waits for the broker's confirms, and the typed clients of stock-service
+//! and order-service.
 
 pub mod amqp;
 pub mod consumer;
+pub mod order_client;
 pub mod redis;
 pub mod stock_client;
+pub mod upstream;
 
 /// True when the error chain holds an outage of Redis, the broker or stock-service (after its
 /// retries): consumers then hand messages back without counting a try against them.
@@ -18,8 +21,8 @@ pub fn is_outage(e: &anyhow::Error) -> bool {
                 || e.is_connection_refusal()
                 || e.is_timeout();
         }
-        if let Some(e) = cause.downcast_ref::<stock_client::StockError>() {
-            return matches!(e, stock_client::StockError::Unavailable(_));
+        if let Some(e) = cause.downcast_ref::<upstream::UpstreamError>() {
+            return matches!(e, upstream::UpstreamError::Unavailable(_));
         }
         cause.is::<amqp::PublishError>() || cause.is::<lapin::Error>()
     })

@@ -33,11 +33,16 @@ pub async fn ping(redis: &Redis) -> Result<(), String> {
 /// The buy-path scripts (see `seckill_common::scripts`), hashed once.
 pub struct Scripts {
     pub reserve: Script,
+    pub load: Script,
     pub undo: Script,
     pub claim: Script,
+    pub succeed: Script,
     pub fail_claimed: Script,
+    pub supersede: Script,
     pub restore: Script,
     pub path_token: Script,
+    pub snapshot: Script,
+    pub adjust: Script,
 }
 
 impl Default for Scripts {
@@ -50,11 +55,16 @@ impl Scripts {
     pub fn new() -> Self {
         Self {
             reserve: Script::new(scripts::RESERVE),
+            load: Script::new(scripts::LOAD),
             undo: Script::new(scripts::UNDO),
             claim: Script::new(scripts::CLAIM),
+            succeed: Script::new(scripts::SUCCEED),
             fail_claimed: Script::new(scripts::FAIL_CLAIMED),
+            supersede: Script::new(scripts::SUPERSEDE),
             restore: Script::new(scripts::RESTORE),
             path_token: Script::new(scripts::PATH_TOKEN),
+            snapshot: Script::new(scripts::SNAPSHOT),
+            adjust: Script::new(scripts::ADJUST),
         }
     }
 
@@ -62,8 +72,19 @@ impl Scripts {
     /// reload by themselves on NOSCRIPT (after a Redis restart); pipelines call this again.
     pub async fn load(&self, redis: &Redis) -> anyhow::Result<()> {
         let mut conn = redis.clone();
-        for s in [&self.reserve, &self.undo, &self.claim, &self.fail_claimed, &self.restore, &self.path_token]
-        {
+        for s in [
+            &self.reserve,
+            &self.load,
+            &self.undo,
+            &self.claim,
+            &self.succeed,
+            &self.fail_claimed,
+            &self.supersede,
+            &self.restore,
+            &self.path_token,
+            &self.snapshot,
+            &self.adjust,
+        ] {
             s.prepare_invoke().load_async(&mut conn).await?;
         }
         Ok(())

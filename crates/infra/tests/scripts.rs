@@ -3,7 +3,10 @@
 use futures_util::future::join_all;
 use redis::AsyncCommands;
 use seckill_common::keys::RedisKeys;
-use seckill_common::scripts::{RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED, RESERVE_SOLD_OUT};
+use seckill_common::scripts::{
+    CLAIMED, Epoch, GIVEN_BACK, LOST, RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED,
+    RESERVE_SOLD_OUT,
+};
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::redis::{Redis, Scripts, connect};
 use seckill_testkit::{TestNames, redis_url};
@@ -35,8 +38,7 @@ async fn fixture(stock: Option<i64>) -> Fixture {
         _names: names,
     };
     if let Some(n) = stock {
-        let mut c = f.redis.clone();
-        let _: () = c.set(f.keys.stock(f.g), n).await.unwrap();
+        assert_eq!(f.load(n, Epoch::new(1_000), None).await, 1);
     }
     f
 }
@@ -47,6 +49,11 @@ fn u(id: i64) -> UserId {
 
 impl Fixture {
     async fn reserve(&self, user: UserId, rid: Uuid, token: &str) -> i64 {
+        self.reserve_in_epoch(user, rid, token).await.0
+    }
+
+    /// The reserve's code and the epoch its message would carry.
+    async fn reserve_in_epoch(&self, user: UserId, rid: Uuid, token: &str) -> (i64, Option<String>) {
         let mut c = self.redis.clone();
         self.scripts
             .reserve
@@ -55,6 +62,7 @@ impl Fixture {
             .key(self.keys.pending(self.g))
             .key(self.keys.result(self.g, user))
             .key(self.keys.token(self.g, user))
+            .key(self.keys.epoch(self.g))
             .arg(user.get())
             .arg(rid.to_string())
             .arg(1_000)
@@ -62,6 +70,66 @@ impl Fixture {
             .invoke_async(&mut c)
             .await
             .unwrap()
+    }
+
+    async fn load(&self, stock: i64, epoch: Epoch, holdback: Option<i64>) -> i64 {
+        let mut c = self.redis.clone();
+        self.scripts
+            .load
+            .key(self.keys.stock(self.g))
+            .key(self.keys.epoch(self.g))
+            .key(self.keys.holdback(self.g))
+            .arg(stock)
+            .arg(epoch.to_string())
+            .arg(holdback.map(|h| h.to_string()).unwrap_or_default())
+            .invoke_async(&mut c)
+            .await
+            .unwrap()
+    }
+
+    /// What Redis loses in a flush: every key of the sale.
+    async fn lose_everything(&self) {
+        let mut c = self.redis.clone();
+        let keys: Vec<String> = c.keys(format!("{}*", self.keys.prefix())).await.unwrap();
+        let _: () = c.del(keys).await.unwrap();
+    }
+
+    async fn epoch(&self) -> String {
+        self.redis.clone().get(self.keys.epoch(self.g)).await.unwrap()
+    }
+
+    async fn holding(&self, user: UserId) -> Option<String> {
+        self.redis.clone().hget(self.keys.users(self.g), user.get()).await.unwrap()
+    }
+
+    async fn holdback(&self) -> Option<i64> {
+        self.redis.clone().get(self.keys.holdback(self.g)).await.unwrap()
+    }
+
+    async fn succeed(&self, user: UserId, rid: Uuid, order_id: i64) {
+        let mut c = self.redis.clone();
+        let _: i64 = self
+            .scripts
+            .succeed
+            .key(self.keys.users(self.g))
+            .key(self.keys.result(self.g, user))
+            .arg(user.get())
+            .arg(rid.to_string())
+            .arg(order_id)
+            .invoke_async(&mut c)
+            .await
+            .unwrap();
+    }
+
+    /// Runs a script whose keys are the stock, users and the user's result.
+    async fn run_simple(&self, script: &redis::Script, user: UserId, args: &[String]) {
+        let mut c = self.redis.clone();
+        let mut inv = script.prepare_invoke();
+        inv.key(self.keys.stock(self.g)).key(self.keys.users(self.g)).key(self.keys.result(self.g, user));
+        for a in args {
+            inv.arg(a);
+        }
+        let _: i64 = inv.invoke_async(&mut c).await.unwrap();
     }
 
     async fn undo(&self, user: UserId, rid: Uuid) -> i64 {
@@ -80,14 +148,24 @@ impl Fixture {
             .unwrap()
     }
 
+    /// A claim by a message of the current epoch.
     async fn claim(&self, user: UserId, rid: Uuid) -> i64 {
+        let epoch = self.epoch().await;
+        self.claim_from(user, rid, &epoch).await
+    }
+
+    async fn claim_from(&self, user: UserId, rid: Uuid, epoch: &str) -> i64 {
         let mut c = self.redis.clone();
         self.scripts
             .claim
             .key(self.keys.users(self.g))
             .key(self.keys.pending(self.g))
+            .key(self.keys.epoch(self.g))
+            .key(self.keys.stock(self.g))
+            .key(self.keys.holdback(self.g))
             .arg(user.get())
             .arg(rid.to_string())
+            .arg(epoch)
             .invoke_async(&mut c)
             .await
             .unwrap()
@@ -158,8 +236,10 @@ async fn an_unloaded_sale_is_reported_and_not_created() {
     let mut c = f.redis.clone();
     let _: () = c.set(f.keys.token(f.g, u(2)), "tok").await.unwrap();
     assert_eq!(f.reserve(u(2), Uuid::new_v4(), "tok").await, RESERVE_NOT_LOADED);
-    let _: () = c.set(f.keys.stock(f.g), 1).await.unwrap();
+    assert_eq!(f.load(1, Epoch::new(2_000), None).await, 1);
     assert_eq!(f.reserve(u(2), Uuid::new_v4(), "tok").await, 0);
+    assert_eq!(f.load(7, Epoch::new(3_000), None).await, 0, "a loaded sale keeps its count");
+    assert_eq!(f.stock().await, Some(0));
 }
 
 #[tokio::test]
@@ -259,4 +339,149 @@ async fn scripts_reload_after_a_script_flush() {
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut c).await.unwrap();
     // A single invocation reloads by itself on NOSCRIPT.
     assert_eq!(f.reserve(u(1), Uuid::new_v4(), "").await, 0);
+}
+
+/// Redis loses every key mid-sale: a message of the old epoch is told LOST (served against the
+/// authorities), never dropped as given back; a reservation given back in its own epoch still
+/// is dropped.
+#[tokio::test]
+async fn a_lost_reservation_is_told_apart_from_one_given_back() {
+    let f = fixture(Some(10)).await;
+    let (kept, given_back, lost, lost_other) =
+        (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let (code, old_epoch) = f.reserve_in_epoch(u(1), kept, "").await;
+    assert_eq!(code, 9);
+    let old_epoch = old_epoch.expect("the reserve names the epoch");
+    f.reserve(u(2), given_back, "").await;
+    assert_eq!(f.undo(u(2), given_back).await, 1);
+    assert_eq!(f.claim_from(u(2), given_back, &old_epoch).await, GIVEN_BACK, "given back in its own epoch");
+    f.reserve(u(3), lost, "").await;
+    f.reserve(u(4), lost_other, "").await;
+    assert_eq!(f.claim_from(u(1), kept, &old_epoch).await, CLAIMED);
+
+    f.lose_everything().await;
+    // Not loaded yet: lost, and nothing is written (no sale to write into).
+    assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, LOST);
+    assert_eq!(f.holding(u(3)).await, None);
+    assert_eq!(f.stock().await, None, "no stock conjured");
+
+    // Rebuilt with 2 units held back: a lost request takes its unit from those, then from the
+    // stock; its buyer is registered, so a repeat click is told REPEATED.
+    assert_eq!(f.load(3, Epoch::new(9_000), Some(2)).await, 1);
+    assert_ne!(f.epoch().await, old_epoch);
+    assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, LOST);
+    assert_eq!(f.holding(u(3)).await, Some(format!("c:{lost}")));
+    assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, CLAIMED, "the re-delivery finds it claimed");
+    assert_eq!(f.holdback().await, Some(1));
+    assert_eq!(f.reserve(u(3), Uuid::new_v4(), "").await, RESERVE_REPEATED);
+    // A buyer who holds a new reservation keeps it; the lost request takes nothing.
+    let fresh = Uuid::new_v4();
+    assert_eq!(f.reserve(u(4), fresh, "").await, 2);
+    assert_eq!(f.claim_from(u(4), lost_other, &old_epoch).await, LOST);
+    assert_eq!(f.holding(u(4)).await, Some(fresh.to_string()));
+    assert_eq!((f.holdback().await, f.stock().await), (Some(1), Some(2)));
+    // Past the held-back units, lost requests come out of the stock.
+    for (user, rid) in [(5, Uuid::new_v4()), (6, Uuid::new_v4())] {
+        assert_eq!(f.claim_from(u(user), rid, &old_epoch).await, LOST);
+    }
+    assert_eq!((f.holdback().await, f.stock().await), (Some(0), Some(1)));
+    // A message from before epochs existed keeps the old rule: no reservation, dropped.
+    assert_eq!(f.claim_from(u(7), Uuid::new_v4(), "").await, GIVEN_BACK);
+}
+
+/// A reservation's life as the consumer writes it: an order marks it `o:`, the order's release
+/// gives the unit back once; a request superseded by its buyer's other order gives its unit
+/// back and names that order.
+#[tokio::test]
+async fn orders_mark_their_reservation_and_releases_undo_it_once() {
+    let f = fixture(Some(3)).await;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    f.reserve(u(1), a, "").await;
+    f.claim(u(1), a).await;
+    f.succeed(u(1), a, 41).await;
+    assert_eq!(f.stock().await, Some(2));
+    assert_eq!(f.holding(u(1)).await, Some(format!("o:{a}")));
+    assert_eq!(f.result(u(1)).await.as_deref(), Some("success:41"));
+    assert_eq!(f.claim(u(1), a).await, CLAIMED, "a re-delivered message of an order");
+    for _ in 0..2 {
+        f.run_simple(&f.scripts.restore, u(1), &[u(1).get().to_string(), a.to_string()]).await;
+    }
+    assert_eq!(f.stock().await, Some(3), "restored once");
+    assert_eq!(f.holding(u(1)).await, None);
+
+    // User 2 holds order 77 (request b); a second request c of theirs was reserved and claimed.
+    let c = Uuid::new_v4();
+    let mut conn = f.redis.clone();
+    let _: () = conn.hset(f.keys.users(f.g), 2, format!("o:{b}")).await.unwrap();
+    let _: () = conn.hset(f.keys.users(f.g), 2, c.to_string()).await.unwrap();
+    f.run_simple(
+        &f.scripts.supersede,
+        u(2),
+        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into()],
+    )
+    .await;
+    assert_eq!(f.stock().await, Some(4), "c's unit is back");
+    assert_eq!(f.holding(u(2)).await, Some(format!("o:{b}")));
+    assert_eq!(f.result(u(2)).await.as_deref(), Some("success:77"));
+    f.run_simple(
+        &f.scripts.supersede,
+        u(2),
+        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into()],
+    )
+    .await;
+    assert_eq!(f.stock().await, Some(4), "once");
+}
+
+/// The snapshot sees what is in flight; the adjustment applies a delta only in the epoch it was
+/// computed for, never below zero, and can end a recovery.
+#[tokio::test]
+async fn snapshot_and_adjust() {
+    let f = fixture(Some(5)).await;
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    f.reserve(u(1), a, "").await;
+    f.reserve(u(2), b, "").await;
+    f.claim(u(2), b).await;
+    f.reserve(u(3), c, "").await;
+    f.claim(u(3), c).await;
+    f.succeed(u(3), c, 43).await;
+    let mut conn = f.redis.clone();
+    let snapshot: Vec<Option<String>> = f
+        .scripts
+        .snapshot
+        .key(f.keys.stock(f.g))
+        .key(f.keys.users(f.g))
+        .key(f.keys.pending(f.g))
+        .key(f.keys.epoch(f.g))
+        .key(f.keys.holdback(f.g))
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(snapshot[0].as_deref(), Some("2"));
+    assert_eq!(snapshot[1].as_deref(), Some(f.epoch().await.as_str()));
+    assert_eq!(snapshot[2], None, "not recovering");
+    assert_eq!(snapshot[3].as_deref(), Some("1"), "one order");
+    assert_eq!(snapshot[4].as_deref(), Some("1"), "a's entry is pending");
+    let mut in_flight: Vec<String> = snapshot[5..].iter().flatten().cloned().collect();
+    in_flight.sort();
+    let mut expected = vec![a.to_string(), b.to_string()];
+    expected.sort();
+    assert_eq!(in_flight, expected);
+
+    let adjust = |epoch: String, delta: i64, end: bool| {
+        let mut conn = f.redis.clone();
+        let mut inv = f.scripts.adjust.prepare_invoke();
+        inv.key(f.keys.stock(f.g))
+            .key(f.keys.epoch(f.g))
+            .key(f.keys.holdback(f.g))
+            .arg(epoch)
+            .arg(delta)
+            .arg(if end { "1" } else { "0" });
+        async move { inv.invoke_async::<Option<i64>>(&mut conn).await.unwrap() }
+    };
+    assert_eq!(adjust("1".into(), 3, false).await, None, "another epoch: nothing changes");
+    assert_eq!(adjust(f.epoch().await, 3, false).await, Some(5));
+    assert_eq!(adjust(f.epoch().await, -9, false).await, Some(0), "never below zero");
+    let _: () = conn.set(f.keys.holdback(f.g), 4).await.unwrap();
+    assert_eq!(adjust(f.epoch().await, 1, true).await, Some(1));
+    assert_eq!(f.holdback().await, None, "the recovery ended");
 }

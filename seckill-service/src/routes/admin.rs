@@ -8,6 +8,7 @@ use seckill_common::api::NewGoods;
 use seckill_infra::stock_client::StockError;
 use seckill_web::{ApiError, AuthUser};
 
+use crate::restore;
 use crate::state::AppState;
 
 #[tracing::instrument(skip_all, fields(user_id = %user.id))]
@@ -25,7 +26,8 @@ pub async fn create_sale(
             other => ApiError::unavailable("stock-service", other),
         },
     )?;
-    state.sales.publish(goods.clone()).await?;
+    restore::load_new(&state, &goods).await?;
+    state.sales.cache(goods.clone());
     tracing::info!(goods_id = %goods.id, stock = goods.stock_total, "sale published");
     Ok(HttpResponse::Created().json(goods))
 }

@@ -11,10 +11,10 @@ use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
 use uuid::Uuid;
 
-use crate::broadcast;
 use crate::gate::Reserve;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
+use crate::{broadcast, restore};
 
 /// Longest path token accepted; ours are 32 hex characters.
 const MAX_TOKEN_LEN: usize = 64;
@@ -89,11 +89,12 @@ pub async fn order(
 
     let (g, u) = (sale.id(), user.id);
     let request_id = Uuid::new_v4();
-    let mut outcome = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
-    if outcome == Reserve::NotLoaded {
-        state.sales.reload(g).await?;
-        outcome = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
+    let mut reserved = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
+    if reserved.0 == Reserve::NotLoaded {
+        restore::rebuild(&state, g).await?;
+        reserved = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
     }
+    let (outcome, epoch) = reserved;
     match outcome {
         Reserve::Reserved { left } => {
             if left == 0 {
@@ -116,7 +117,7 @@ pub async fn order(
     }
 
     let trace_id = req.extensions().get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default();
-    enqueue(&state, OrderRequest::new(request_id, u, g, now), &trace_id).await?;
+    enqueue(&state, OrderRequest::new(request_id, u, g, now).with_epoch(epoch), &trace_id).await?;
     metrics::counter!("seckill_orders_accepted_total").increment(1);
     Ok(HttpResponse::Accepted().json(OrderAccepted { status: SeckillStatus::Queued, request_id }))
 }
@@ -172,19 +173,46 @@ fn busy() -> ApiError {
     ApiError::new(ErrorCode::Busy, "the order queue is unavailable, try again")
 }
 
-/// `GET /api/seckill/{goods_id}/result`.
+/// How long "the authority has no order of this buyer" is remembered in Redis, so a buyer who
+/// polls a sale that Redis knows nothing of costs the order database one query per few seconds.
+const NO_ORDER_TTL_SECS: u64 = 3;
+
+/// `GET /api/seckill/{goods_id}/result`: from Redis; when Redis knows nothing of the buyer
+/// (never asked, or it lost its data), from the order authority, written back to Redis.
 pub async fn result(
     state: web::Data<AppState>,
     user: AuthUser,
     path: web::Path<GoodsId>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
-    let stored = state.gate.result(sale.id(), user.id).await?;
+    let g = sale.id();
+    let stored = match state.gate.result(g, user.id).await? {
+        Some(known) => known,
+        None => {
+            let order = state
+                .orders
+                .active_of(g, user.id)
+                .await
+                .map_err(|e| ApiError::unavailable("order-service", e))?;
+            match order {
+                Some(o) => {
+                    let found = StoredResult::Success(o.order_id.get());
+                    state.gate.set_result(g, user.id, found, None).await?;
+                    metrics::counter!("seckill_results_from_orders_total").increment(1);
+                    found
+                }
+                None => {
+                    state.gate.set_result(g, user.id, StoredResult::NoOrder, Some(NO_ORDER_TTL_SECS)).await?;
+                    StoredResult::NoOrder
+                }
+            }
+        }
+    };
     let body = match stored {
-        None => SeckillResult { status: SeckillStatus::None, order_id: None },
-        Some(StoredResult::Queued) => SeckillResult { status: SeckillStatus::Queued, order_id: None },
-        Some(StoredResult::Failed) => SeckillResult { status: SeckillStatus::Failed, order_id: None },
-        Some(StoredResult::Success(id)) => {
+        StoredResult::NoOrder => SeckillResult { status: SeckillStatus::None, order_id: None },
+        StoredResult::Queued => SeckillResult { status: SeckillStatus::Queued, order_id: None },
+        StoredResult::Failed => SeckillResult { status: SeckillStatus::Failed, order_id: None },
+        StoredResult::Success(id) => {
             SeckillResult { status: SeckillStatus::Success, order_id: OrderId::new(id) }
         }
     };

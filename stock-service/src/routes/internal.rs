@@ -2,11 +2,11 @@
 //! Not routed by the gateway; a NetworkPolicy admits only order-service in a cluster.
 
 use actix_web::{HttpResponse, web};
-use seckill_common::ErrorCode;
 use seckill_common::api::{
-    DeductBatchRequest, DeductBatchResponse, DeductOutcome, DeductRequest, DeductResponse, ReleaseRequest,
-    ReleaseResponse,
+    DeductBatchRequest, DeductBatchResponse, DeductOutcome, DeductRequest, DeductResponse, HeldRequest,
+    ReleaseRequest, ReleaseResponse,
 };
+use seckill_common::{ErrorCode, GoodsId};
 use seckill_db::{PgPool, conn, query_error};
 use seckill_web::ApiError;
 
@@ -68,4 +68,27 @@ pub async fn release(
         tracing::info!("stock released");
     }
     Ok(HttpResponse::Ok().json(ReleaseResponse { released }))
+}
+
+/// Most keys one `held` call may ask about: a sale's reservations in flight, far fewer.
+const MAX_HELD_KEYS: usize = 100_000;
+/// Its body: that many keys as JSON strings.
+pub const HELD_BODY_LIMIT: usize = MAX_HELD_KEYS * 40 + 1_024;
+
+/// `POST /internal/stock/{goods_id}/held`: the sale's counts, and how many of the given
+/// requests hold a unit, read together (seckill-service's audit and repair of Redis).
+pub async fn held(
+    pool: web::Data<PgPool>,
+    path: web::Path<GoodsId>,
+    body: web::Json<HeldRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let g = path.into_inner();
+    if body.order_keys.len() > MAX_HELD_KEYS {
+        return Err(ApiError::invalid(format!("at most {MAX_HELD_KEYS} order keys")));
+    }
+    let mut conn = conn(&pool).await?;
+    match ledger::counts(&mut conn, g.get(), &body.order_keys).await.map_err(query_error)? {
+        Some(counts) => Ok(HttpResponse::Ok().json(counts)),
+        None => Err(ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {g}"))),
+    }
 }

@@ -12,22 +12,31 @@ pub struct TestApp {
     pub service: RunningService,
     pub http: reqwest::Client,
     pub db: TestDb,
+    /// The broker settings the service was given (this test's prefix).
+    pub amqp: AmqpSettings,
     /// Held so its queues are deleted when the test ends.
     pub _names: TestNames,
 }
 
 pub fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {})
+}
+
+/// As [`spawn_app`], with the settings adjusted by `configure` first.
+pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let db = TestDb::new("stock");
     let mut names = TestNames::new();
     let amqp = test_amqp(&mut names);
-    let settings = Settings {
+    let mut settings = Settings {
         http: HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() },
         database: DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() },
         amqp,
         ..Default::default()
     };
+    configure(&mut settings);
+    let amqp = settings.amqp.clone();
     let service = RunningService::start(move || stock_service::startup::build(settings));
-    TestApp { service, http: reqwest::Client::new(), db, _names: names }
+    TestApp { service, http: reqwest::Client::new(), db, amqp, _names: names }
 }
 
 /// The broker under this test's own prefix, its queues deleted at the end.

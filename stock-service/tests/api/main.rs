@@ -3,3 +3,4 @@
 mod goods;
 mod helpers;
 mod ledger;
+mod outage;

@@ -172,6 +172,7 @@ async fn every_replica_follows_sell_out_and_restock() {
         seckill_replicas: 2,
         sold_out_recheck_ms: 60_000,
         require_token: false,
+        ..Options::default()
     });
     let sale = sys.open_sale(2).await;
     let direct = |replica: usize, user: i64| {

@@ -10,3 +10,4 @@ mod helpers {
 mod lifecycle;
 mod purchase;
 mod queues;
+mod redis_loss;

@@ -1,0 +1,1 @@
+DROP INDEX orders_active_by_sale;
