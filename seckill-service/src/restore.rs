@@ -89,15 +89,21 @@ async fn waiting_requests(state: &AppState) -> Result<(u32, u32), ApiError> {
 }
 
 /// At start: every sale stock-service lists is cached; those not ended are loaded into Redis
-/// if they are missing there (a Redis that restarted with this service).
+/// if they are missing there (a Redis that restarted with this service). A sale that cannot be
+/// loaded now (order-service still starting) loads on its first buyer's request.
 pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
     let mut loaded = 0;
     for sale in state.sales.cache_all().await? {
-        if sale.window_now() != SaleWindow::Ended {
-            if state.gate.stock(sale.id()).await?.is_none() {
-                rebuild(state, sale.id()).await.map_err(|e| anyhow::anyhow!("sale {}: {e}", sale.id()))?;
-            }
-            loaded += 1;
+        if sale.window_now() == SaleWindow::Ended {
+            continue;
+        }
+        match state.gate.stock(sale.id()).await {
+            Ok(Some(_)) => loaded += 1,
+            Ok(None) => match rebuild(state, sale.id()).await {
+                Ok(()) => loaded += 1,
+                Err(e) => tracing::warn!(goods_id = %sale.id(), error = %e, "sale not loaded at start"),
+            },
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(loaded)
