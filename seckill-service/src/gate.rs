@@ -320,6 +320,12 @@ impl Gate {
         Ok(())
     }
 
+    /// Whether the sale recovers from a loss of its Redis data (units held back).
+    pub async fn recovering(&self, g: GoodsId) -> Result<bool, GateError> {
+        let mut conn = self.conn();
+        Ok(conn.exists(self.keys.holdback(g)).await?)
+    }
+
     /// The sale's epoch, if it is loaded.
     pub async fn epoch(&self, g: GoodsId) -> Result<Option<Epoch>, GateError> {
         let mut conn = self.conn();

@@ -62,6 +62,8 @@ pub struct System {
     /// None while a test has it stopped (`stop_order`, `start_order`).
     order: std::sync::Mutex<Option<RunningService>>,
     order_settings: order_service::Settings,
+    /// The address the other services know order-service by, kept while it restarts.
+    order_relay: Relay,
     pub stock: RunningService,
     pub http: reqwest::Client,
     pub redis_keys: RedisKeys,
@@ -117,10 +119,10 @@ pub fn spawn_system_with(options: Options) -> System {
         ..Default::default()
     };
 
-    // order-service starts after seckill-service, which calls it: its port is chosen now, and
-    // kept when a test restarts it.
-    let order_port = free_port();
-    let order_url = format!("http://127.0.0.1:{order_port}");
+    // order-service starts after seckill-service, which calls it, and a test may restart it:
+    // the others know it by a relay's address, which stays.
+    let order_relay = Relay::start();
+    let order_url = format!("http://127.0.0.1:{}", order_relay.port);
     let seckill: Vec<RunningService> = (0..options.seckill_replicas.max(1))
         .map(|_| {
             let s = seckill_service::Settings {
@@ -142,7 +144,7 @@ pub fn spawn_system_with(options: Options) -> System {
         .collect();
 
     let order_settings = order_service::Settings {
-        http: HttpSettings { port: Some(order_port), ..http_settings() },
+        http: http_settings(),
         database: database(&order_db),
         redis,
         amqp,
@@ -158,6 +160,7 @@ pub fn spawn_system_with(options: Options) -> System {
     };
     let s = order_settings.clone();
     let order = RunningService::start(move || order_service::startup::build(s));
+    order_relay.point_at(order.port);
 
     let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
     let s = gateway::configuration::Settings {
@@ -173,6 +176,7 @@ pub fn spawn_system_with(options: Options) -> System {
         seckill,
         order: std::sync::Mutex::new(Some(order)),
         order_settings,
+        order_relay,
         stock,
         http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
         redis_keys,
@@ -183,12 +187,47 @@ pub fn spawn_system_with(options: Options) -> System {
     }
 }
 
-/// A loopback port free at this moment (the OS picks it; the listener is closed at once).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// A TCP relay on a loopback port of its own, forwarding each connection to the port it points
+/// at now (0: none, and the connection is closed, as a service that is down). It lets a test
+/// restart a service on a new port while the others keep its address: reusing the old port
+/// could race with other tests' services taking it.
+pub struct Relay {
+    pub port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Relay {
+    fn start() -> Self {
+        use std::sync::atomic::{AtomicU16, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a relay port");
+        listener.set_nonblocking(true).expect("a non-blocking relay");
+        let port = listener.local_addr().expect("the relay's address").port();
+        let target = std::sync::Arc::new(AtomicU16::new(0));
+        let to = target.clone();
+        // Its own thread and runtime, like the services; it ends with the test process.
+        std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    let port = AtomicU16::load(&to, Ordering::Relaxed);
+                    tokio::spawn(async move {
+                        if port == 0 {
+                            return;
+                        }
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                }
+            });
+        });
+        Self { port, target }
+    }
+
+    fn point_at(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A response's status and JSON body (Null when it has none).
@@ -204,16 +243,19 @@ impl System {
     pub async fn stop_order(&self) {
         let running = self.order.lock().unwrap().take();
         if let Some(order) = running {
+            self.order_relay.point_at(0);
             order.stop().await;
         }
     }
 
-    /// Starts order-service again, on the same port and databases.
+    /// Starts order-service again, with the same databases, behind the same address.
     pub fn start_order(&self) {
         let s = self.order_settings.clone();
         let mut slot = self.order.lock().unwrap();
         assert!(slot.is_none(), "order-service is running");
-        *slot = Some(RunningService::start(move || order_service::startup::build(s)));
+        let order = RunningService::start(move || order_service::startup::build(s));
+        self.order_relay.point_at(order.port);
+        *slot = Some(order);
     }
 
     /// What a Redis restart without persistence does to this system: every key gone (only this

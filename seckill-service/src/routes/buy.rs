@@ -6,7 +6,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::scripts::StoredResult;
-use seckill_common::{ErrorCode, GoodsId, OrderId, headers};
+use seckill_common::{ErrorCode, GoodsId, OrderId, UserId, headers};
 use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
 use uuid::Uuid;
@@ -178,7 +178,9 @@ fn busy() -> ApiError {
 const NO_ORDER_TTL_SECS: u64 = 3;
 
 /// `GET /api/seckill/{goods_id}/result`: from Redis; when Redis knows nothing of the buyer
-/// (never asked, or it lost its data), from the order authority, written back to Redis.
+/// (never asked, or it lost its data), from the order authority, written back to Redis. While
+/// the sale recovers from a loss, a buyer without an order is told `queued`: their request may
+/// still wait in the broker, and telling an accepted buyer `none` would be the worse mistake.
 pub async fn result(
     state: web::Data<AppState>,
     user: AuthUser,
@@ -188,33 +190,35 @@ pub async fn result(
     let g = sale.id();
     let stored = match state.gate.result(g, user.id).await? {
         Some(known) => known,
+        None => from_orders(&state, g, user.id).await?,
+    };
+    let status = match stored {
+        StoredResult::NoOrder if state.gate.recovering(g).await? => SeckillStatus::Queued,
+        StoredResult::NoOrder => SeckillStatus::None,
+        StoredResult::Queued => SeckillStatus::Queued,
+        StoredResult::Failed => SeckillStatus::Failed,
+        StoredResult::Success(_) => SeckillStatus::Success,
+    };
+    let order_id = match stored {
+        StoredResult::Success(id) => OrderId::new(id),
+        _ => None,
+    };
+    Ok(HttpResponse::Ok().json(SeckillResult { status, order_id }))
+}
+
+/// The buyer's result as the order authority knows it, written back to Redis.
+async fn from_orders(state: &AppState, g: GoodsId, u: UserId) -> Result<StoredResult, ApiError> {
+    let order = state.orders.active_of(g, u).await.map_err(|e| ApiError::unavailable("order-service", e))?;
+    Ok(match order {
+        Some(o) => {
+            let found = StoredResult::Success(o.order_id.get());
+            state.gate.set_result(g, u, found, None).await?;
+            metrics::counter!("seckill_results_from_orders_total").increment(1);
+            found
+        }
         None => {
-            let order = state
-                .orders
-                .active_of(g, user.id)
-                .await
-                .map_err(|e| ApiError::unavailable("order-service", e))?;
-            match order {
-                Some(o) => {
-                    let found = StoredResult::Success(o.order_id.get());
-                    state.gate.set_result(g, user.id, found, None).await?;
-                    metrics::counter!("seckill_results_from_orders_total").increment(1);
-                    found
-                }
-                None => {
-                    state.gate.set_result(g, user.id, StoredResult::NoOrder, Some(NO_ORDER_TTL_SECS)).await?;
-                    StoredResult::NoOrder
-                }
-            }
+            state.gate.set_result(g, u, StoredResult::NoOrder, Some(NO_ORDER_TTL_SECS)).await?;
+            StoredResult::NoOrder
         }
-    };
-    let body = match stored {
-        StoredResult::NoOrder => SeckillResult { status: SeckillStatus::None, order_id: None },
-        StoredResult::Queued => SeckillResult { status: SeckillStatus::Queued, order_id: None },
-        StoredResult::Failed => SeckillResult { status: SeckillStatus::Failed, order_id: None },
-        StoredResult::Success(id) => {
-            SeckillResult { status: SeckillStatus::Success, order_id: OrderId::new(id) }
-        }
-    };
-    Ok(HttpResponse::Ok().json(body))
+    })
 }

@@ -57,7 +57,8 @@ async fn outcome(
 /// the recovery ends, Redis, the ledger and the orders agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_losing_everything_with_requests_queued_loses_nothing() {
-    let sys = Arc::new(spawn_system());
+    // Two replicas: one rebuilds, the other waits for it (503, retried) and follows.
+    let sys = Arc::new(spawn_system_with(Options { seckill_replicas: 2, ..Options::default() }));
     let stock = 40;
     let g = sale(&sys, stock).await;
     let first: Vec<i64> = (1_001..=1_030).collect();
@@ -71,6 +72,10 @@ async fn redis_losing_everything_with_requests_queued_loses_nothing() {
     assert_eq!(sys.queue_depth(&sys.amqp_names.orders_queue()).await, 30, "the requests wait in the queue");
 
     sys.lose_redis_data().await;
+    // Nothing is known of them until order-service is back: their polls wait (503), they are
+    // never told `none` or `failed`.
+    let (status, _) = sys.get(&format!("/api/seckill/{g}/result"), Some(&tokens[&first[0]])).await;
+    assert_eq!(status, 503, "order-service is down: the result cannot be known yet");
     sys.start_order();
     // Buyers keep coming, and ten of the first thirty click again.
     let again: Vec<i64> = first[..10].to_vec();
@@ -168,17 +173,19 @@ async fn a_lost_result_is_answered_from_the_orders() {
 }
 
 /// A pending entry outlives its confirm (a kill -9 before the confirmations were cleared) while
-/// the request still waits in the queue: the reconciler publishes it again, never fails it; the
-/// buyer ends with exactly one order.
+/// the request still waits in the queue: the reconciler publishes it again, never fails it, also
+/// once the sale has ended; the buyer ends with exactly one order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconciler_never_fails_a_request_the_broker_holds() {
     let sys = spawn_system_with(Options { reconcile_after_secs: 6, ..Options::default() });
-    let g = sale(&sys, 3).await;
+    let g = sys.create_sale(3, chrono::Duration::seconds(-5), chrono::Duration::seconds(3)).await.id;
     let buyer = sys.dev_token(3_001, "user").await;
     sys.stop_order().await;
     let (status, body) = sys.buy(&buyer, g).await;
     assert_eq!(status, 202, "{body}");
     let request_id = body["request_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sys.buy(&buyer, g).await.1["code"], "ENDED");
     // As if the process died before clearing it: the entry is back, long unconfirmed.
     let _: () =
         sys.redis().await.zadd(sys.redis_keys.pending(g), format!("3001:{request_id}"), 1_000).await.unwrap();
