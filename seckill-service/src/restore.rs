@@ -114,10 +114,13 @@ pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
 /// land), the held-back units are released by a repair from the authority.
 pub async fn end_recovery_when_quiet(state: &AppState, sale: &Sale) -> Result<(), ApiError> {
     let g = sale.id();
-    let snapshot = state.gate.snapshot(g).await?;
-    let (Some(_), Some(epoch)) = (snapshot.holdback, snapshot.epoch) else {
-        sale.queue_seen_empty.store(false, Ordering::Relaxed);
-        return Ok(());
+    // Two cheap reads each tick; the snapshot (a scan of the reservations) only at the end.
+    let epoch = match (state.gate.recovering(g).await?, state.gate.epoch(g).await?) {
+        (true, Some(epoch)) => epoch,
+        _ => {
+            sale.queue_seen_empty.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
     };
     if now_ms() - epoch.loaded_at_ms() < i64::try_from(state.confirm_timeout_ms).unwrap_or(i64::MAX) {
         return Ok(());

@@ -240,3 +240,50 @@ async fn audit_finds_a_difference_and_repair_mends_it() {
     assert_eq!(body["audit"]["agrees"], true, "{body}");
     assert_eq!(sys.redis_stock(g).await, Some(9));
 }
+
+/// A buyer whose reservation Redis lost can be accepted again before the first request is
+/// served: both deduct, one order is written, and the other request is answered with that
+/// order (its deduction released, its unit back), never `failed`.
+#[tokio::test]
+async fn a_buyer_accepted_twice_is_answered_with_their_order() {
+    let sys = spawn_system();
+    let g = sale(&sys, 5).await;
+    let buyer = sys.dev_token(5_001, "user").await;
+    let order = sys.buy_order(&buyer, g).await;
+    // The lost request, as the broker still held it: an epoch Redis no longer has.
+    let lost =
+        seckill_common::amqp::OrderRequest::new(uuid::Uuid::new_v4(), UserId::new(5_001).unwrap(), g, 1)
+            .with_epoch(Some(seckill_common::scripts::Epoch::new(1_000)));
+    sys.publish_raw(&sys.amqp_names.orders_queue(), &serde_json::to_vec(&lost).unwrap()).await;
+    sys.eventually("the second request deducted, then released", Duration::from_secs(20), || async {
+        ledger_rows(&sys, g).await == (2, 1)
+    })
+    .await;
+    let r = sys.result(&buyer, g).await;
+    assert_eq!((r.status, r.order_id.map(|o| o.get())), (SeckillStatus::Success, Some(order)));
+    assert_eq!(sys.active_orders(g).await, (1, 1));
+    assert_eq!(sys.goods(g).await.stock_available, 4, "the second deduction was released");
+    assert_eq!(sys.redis_stock(g).await, Some(4));
+    assert!(sys.audit(g).await.agrees);
+}
+
+/// The stock ledger's rows of a sale, and how many of them are released.
+async fn ledger_rows(sys: &System, g: GoodsId) -> (i64, i64) {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        rows: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        released: i64,
+    }
+    let mut conn = sys.stock_db.connect().await;
+    let row: Row = diesel::sql_query(
+        "SELECT COUNT(*) AS rows, COUNT(released_at) AS released FROM stock_ledger WHERE goods_id = $1",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(g.get())
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    (row.rows, row.released)
+}
