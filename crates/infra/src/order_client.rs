@@ -28,11 +28,17 @@ impl OrderClient {
         Ok(Self { upstream })
     }
 
-    /// The buyer's active order of the sale, if any.
+    /// The buyer's active order of the sale, if any. One attempt: a buyer's poll that finds
+    /// order-service down is a quick 503, and the buyer polls again.
     pub async fn active_of(&self, g: GoodsId, u: UserId) -> Result<Option<ActiveOrder>, OrderError> {
         let page: Vec<ActiveOrder> = self
             .upstream
-            .retried::<(), _>(Method::GET, &format!("/internal/orders/active?goods_id={g}&user_id={u}"), None)
+            .call::<(), _>(
+                Method::GET,
+                &format!("/internal/orders/active?goods_id={g}&user_id={u}"),
+                None,
+                &[],
+            )
             .await?;
         Ok(page.into_iter().next())
     }
