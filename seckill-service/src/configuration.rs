@@ -39,6 +39,10 @@ pub struct SeckillSettings {
     pub reconcile_after_secs: u64,
     /// How often the open sales are audited (Redis against the authorities), for the metrics.
     pub audit_interval_secs: u64,
+    /// A rebuild's pause between counting the requests waiting in the broker and reading the
+    /// authorities: longer than an order consumer's batch, so that what the consumers held
+    /// unacknowledged at the count has been claimed (and so counted) by then.
+    pub rebuild_settle_ms: u64,
 }
 
 impl Default for SeckillSettings {
@@ -50,6 +54,7 @@ impl Default for SeckillSettings {
             reconcile_interval_secs: 5,
             reconcile_after_secs: 30,
             audit_interval_secs: 60,
+            rebuild_settle_ms: 2_000,
         }
     }
 }
@@ -57,6 +62,10 @@ impl Default for SeckillSettings {
 impl SeckillSettings {
     pub fn sold_out_recheck(&self) -> Duration {
         Duration::from_millis(self.sold_out_recheck_ms)
+    }
+
+    pub fn rebuild_settle(&self) -> Duration {
+        Duration::from_millis(self.rebuild_settle_ms)
     }
 }
 

@@ -320,10 +320,15 @@ impl Gate {
         Ok(())
     }
 
-    /// Whether the sale recovers from a loss of its Redis data (units held back).
-    pub async fn recovering(&self, g: GoodsId) -> Result<bool, GateError> {
+    /// Whether the sale recovers from a loss of its Redis data (units held back), and whether
+    /// it is loaded. One round trip.
+    pub async fn recovering(&self, g: GoodsId) -> Result<(bool, bool), GateError> {
         let mut conn = self.conn();
-        Ok(conn.exists(self.keys.holdback(g)).await?)
+        Ok(redis::pipe()
+            .exists(self.keys.holdback(g))
+            .exists(self.keys.stock(g))
+            .query_async(&mut conn)
+            .await?)
     }
 
     /// The sale's epoch, if it is loaded.

@@ -4,8 +4,9 @@
 //!   back: a pending entry older than a timeout is no proof that its message is gone (consumer
 //!   lag of minutes is normal in a spike), and the consumer is idempotent on the request id, so
 //!   a second copy is harmless while a lost one would leave a buyer told 202 with nothing;
-//! - a sale recovering from a loss of its Redis data ends its recovery once the broker holds no
-//!   request of the lost data (`restore::end_recovery_when_quiet`);
+//! - an open sale missing in Redis is rebuilt, and a sale recovering from a loss of its Redis
+//!   data ends its recovery once the broker holds no request of the lost data
+//!   (`restore::look_after`);
 //! - every `seckill.audit_interval_secs`, the open sales are audited, which keeps the
 //!   disagreement metrics current.
 
@@ -38,7 +39,7 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
         }
         for sale in state.sales.all() {
             republish_unconfirmed(&state, &sale).await;
-            if let Err(e) = restore::end_recovery_when_quiet(&state, &sale).await {
+            if let Err(e) = restore::look_after(&state, &sale).await {
                 tracing::warn!(error = %e, goods_id = %sale.id(), "recovery check failed; next tick tries again");
             }
             if audit_now

@@ -41,39 +41,67 @@ pub async fn load_new(state: &AppState, goods: &Goods) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Loads a sale whose stock is missing in Redis (never loaded, or lost) from the authorities.
-/// One instance rebuilds at a time; the others are told to try again meanwhile.
+/// Starts rebuilding a sale missing in Redis, unless that is under way (here or in another
+/// instance), and returns at once: the buyers are told to try again meanwhile.
+pub async fn start_rebuild(state: &web::Data<AppState>, g: GoodsId) -> Result<(), ApiError> {
+    if !state.gate.lock_rebuild(g, REBUILD_LOCK_MS).await? {
+        return Ok(());
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        if let Err(e) = rebuild_locked(&state, g).await {
+            tracing::warn!(goods_id = %g, error = %e, "rebuild failed; the next buyer or the reconciler starts it again");
+        }
+        unlock(&state, g).await;
+    });
+    Ok(())
+}
+
+/// Rebuilds a sale missing in Redis and returns when it is done (at start, and for a repair).
 pub async fn rebuild(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
     if !state.gate.lock_rebuild(g, REBUILD_LOCK_MS).await? {
-        return Err(ApiError::new(ErrorCode::Busy, "the sale is being restored, try again in a moment"));
+        return Err(being_restored());
     }
     let rebuilt = rebuild_locked(state, g).await;
+    unlock(state, g).await;
+    rebuilt
+}
+
+pub fn being_restored() -> ApiError {
+    ApiError::new(ErrorCode::Busy, "the sale is being restored, try again in a moment")
+}
+
+async fn unlock(state: &AppState, g: GoodsId) {
     if let Err(e) = state.gate.unlock_rebuild(g).await {
         tracing::warn!(error = %e, goods_id = %g, "rebuild lock not released; it lapses by itself");
     }
-    rebuilt
 }
 
 async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
     if state.gate.stock(g).await?.is_some() {
         return Ok(());
     }
-    // The buyers first: until the stock key exists nobody can reserve, so a buyer who holds an
-    // order is known before the sale sells again.
+    // Nobody can reserve until the stock key exists, so everything below is read before the
+    // sale sells again. First the requests waiting in the broker, then a pause: the requests a
+    // consumer held unacknowledged at that count (the broker counts only those waiting) are
+    // claimed within a batch's time, and a claimed lost request is registered in flight,
+    // counted below. A request counted twice holds a unit back for a while, never too few.
+    let (waiting, _) = waiting_requests(state).await?;
+    tokio::time::sleep(state.settings.rebuild_settle()).await;
+    // The buyers who hold an order, so a repeat click is told REPEATED.
     let orders = state.orders.all_active(g).await.map_err(unavailable("order-service"))?;
     state.gate.restore_orders(g, &orders).await?;
-    // Then the count of requests still waiting, then the authority's stock: a request that
-    // leaves the queue in between is counted twice (a unit held back too many, for a while),
-    // never not at all.
-    let (waiting, _) = waiting_requests(state).await?;
-    let goods =
-        state.stock.goods(g).await.map_err(unavailable("stock-service"))?.ok_or_else(|| not_found(g))?;
+    let snapshot = state.gate.snapshot(g).await?;
+    let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
+    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(|e| {
+        if e.is_not_found() { not_found(g) } else { ApiError::unavailable("stock-service", e) }
+    })?;
     let holdback = i64::from(waiting);
-    let stock = (goods.stock_available - holdback).max(0);
+    let stock = (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0);
     if state.gate.load(g, stock, Epoch::new(now_ms()), Some(holdback)).await? {
         metrics::counter!("seckill_sales_rebuilt_total").increment(1);
-        tracing::warn!(goods_id = %g, stock, held_back = holdback, active_orders = orders.len(),
-            available = goods.stock_available, "sale missing in redis: rebuilt from the authorities");
+        tracing::warn!(goods_id = %g, stock, held_back = holdback, in_flight, active_orders = orders.len(),
+            available = authority.stock_available, "sale missing in redis: rebuilt from the authorities");
         if stock > 0 {
             back_on_sale(state, g).await;
         }
@@ -109,13 +137,19 @@ pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
     Ok(loaded)
 }
 
-/// The reconciler's look at a recovering sale: once the broker has had no buy request waiting
-/// at two looks in a row (and the publishes of the old epoch had their confirm timeout to
-/// land), the held-back units are released by a repair from the authority.
-pub async fn end_recovery_when_quiet(state: &AppState, sale: &Sale) -> Result<(), ApiError> {
+/// The reconciler's look at each sale, every tick: an open sale missing in Redis is rebuilt
+/// (without waiting for a buyer: the order consumer serves the lost requests meanwhile); a
+/// recovering sale ends its recovery once the broker has had no buy request waiting at two
+/// looks in a row (and the publishes of the old epoch had their confirm timeout to land): the
+/// held-back units are released by a repair from the authority.
+pub async fn look_after(state: &web::Data<AppState>, sale: &Sale) -> Result<(), ApiError> {
     let g = sale.id();
-    // Two cheap reads each tick; the snapshot (a scan of the reservations) only at the end.
-    let epoch = match (state.gate.recovering(g).await?, state.gate.epoch(g).await?) {
+    // Two cheap reads a tick; the snapshot (a scan of the reservations) only at the end.
+    let (recovering, loaded) = state.gate.recovering(g).await?;
+    if !loaded && sale.window_now() == SaleWindow::Open {
+        return start_rebuild(state, g).await;
+    }
+    let epoch = match (recovering, state.gate.epoch(g).await?) {
         (true, Some(epoch)) => epoch,
         _ => {
             sale.queue_seen_empty.store(false, Ordering::Relaxed);

@@ -69,8 +69,9 @@ return 1
 /// [`GIVEN_BACK`] when it was given back in the epoch it was taken in (the publisher's confirm
 /// failed): drop the message; [`LOST`] when Redis lost it (the sale was reloaded since, or is
 /// not loaded): the request is served against the authorities. A lost request of a buyer who
-/// holds nothing in the new epoch is registered there as claimed, so a repeat click is told
-/// REPEATED, and its unit comes out of the units held back (or, past those, the stock).
+/// holds nothing is registered as claimed, so a repeat click is told REPEATED and a rebuild
+/// counts it in flight; once the sale is loaded again, its unit comes out of the units held
+/// back (or, past those, the stock).
 pub const CLAIM: &str = r"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held == ARGV[2] then
@@ -81,8 +82,9 @@ end
 if held == 'c:' .. ARGV[2] or held == 'o:' .. ARGV[2] then return 1 end
 local epoch = redis.call('GET', KEYS[3])
 if ARGV[3] == '' or epoch == ARGV[3] then return 0 end
-if epoch and not held then
+if not held then
   redis.call('HSET', KEYS[1], ARGV[1], 'c:' .. ARGV[2])
+  if not epoch then return 2 end
   if (tonumber(redis.call('GET', KEYS[5])) or 0) > 0 then
     redis.call('DECR', KEYS[5])
   elseif (tonumber(redis.call('GET', KEYS[4])) or 0) > 0 then

@@ -135,6 +135,7 @@ pub fn spawn_system_with(options: Options) -> System {
                     sold_out_recheck_ms: options.sold_out_recheck_ms,
                     reconcile_interval_secs: 1,
                     reconcile_after_secs: options.reconcile_after_secs,
+                    rebuild_settle_ms: 500,
                     ..Default::default()
                 },
                 ..Default::default()

@@ -360,15 +360,18 @@ async fn a_lost_reservation_is_told_apart_from_one_given_back() {
     assert_eq!(f.claim_from(u(1), kept, &old_epoch).await, CLAIMED);
 
     f.lose_everything().await;
-    // Not loaded yet: lost, and nothing is written (no sale to write into).
-    assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, LOST);
-    assert_eq!(f.holding(u(3)).await, None);
+    // Not loaded yet: lost, and registered in flight (a rebuild counts it), no stock conjured.
+    let early = Uuid::new_v4();
+    assert_eq!(f.claim_from(u(8), early, &old_epoch).await, LOST);
+    assert_eq!(f.holding(u(8)).await, Some(format!("c:{early}")));
     assert_eq!(f.stock().await, None, "no stock conjured");
 
     // Rebuilt with 2 units held back: a lost request takes its unit from those, then from the
     // stock; its buyer is registered, so a repeat click is told REPEATED.
     assert_eq!(f.load(3, Epoch::new(9_000), Some(2)).await, 1);
     assert_ne!(f.epoch().await, old_epoch);
+    assert_eq!(f.claim_from(u(8), early, &old_epoch).await, CLAIMED, "registered before the rebuild");
+    assert_eq!(f.holdback().await, Some(2), "already counted by the rebuild");
     assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, LOST);
     assert_eq!(f.holding(u(3)).await, Some(format!("c:{lost}")));
     assert_eq!(f.claim_from(u(3), lost, &old_epoch).await, CLAIMED, "the re-delivery finds it claimed");

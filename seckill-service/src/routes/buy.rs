@@ -89,12 +89,7 @@ pub async fn order(
 
     let (g, u) = (sale.id(), user.id);
     let request_id = Uuid::new_v4();
-    let mut reserved = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
-    if reserved.0 == Reserve::NotLoaded {
-        restore::rebuild(&state, g).await?;
-        reserved = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
-    }
-    let (outcome, epoch) = reserved;
+    let (outcome, epoch) = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
     match outcome {
         Reserve::Reserved { left } => {
             if left == 0 {
@@ -111,8 +106,11 @@ pub async fn order(
         Reserve::BadToken => {
             return Err(ApiError::new(ErrorCode::BadToken, "the path token is wrong, used or expired"));
         }
+        // Redis lost the sale (or never had it): rebuilt from the authorities in the
+        // background; the path token was not touched, so the retry can use it.
         Reserve::NotLoaded => {
-            return Err(ApiError::new(ErrorCode::Busy, "the sale is being loaded, try again"));
+            restore::start_rebuild(&state, g).await?;
+            return Err(restore::being_restored());
         }
     }
 
@@ -180,7 +178,8 @@ const NO_ORDER_TTL_SECS: u64 = 3;
 /// `GET /api/seckill/{goods_id}/result`: from Redis; when Redis knows nothing of the buyer
 /// (never asked, or it lost its data), from the order authority, written back to Redis. While
 /// the sale recovers from a loss, a buyer without an order is told `queued`: their request may
-/// still wait in the broker, and telling an accepted buyer `none` would be the worse mistake.
+/// still wait in the broker, and telling an accepted buyer `none` would be the worse mistake
+/// (a buyer who was refused sees `queued` for those seconds, then `none`).
 pub async fn result(
     state: web::Data<AppState>,
     user: AuthUser,
@@ -193,7 +192,7 @@ pub async fn result(
         None => from_orders(&state, g, user.id).await?,
     };
     let status = match stored {
-        StoredResult::NoOrder if state.gate.recovering(g).await? => SeckillStatus::Queued,
+        StoredResult::NoOrder if in_doubt(&state, &sale).await? => SeckillStatus::Queued,
         StoredResult::NoOrder => SeckillStatus::None,
         StoredResult::Queued => SeckillStatus::Queued,
         StoredResult::Failed => SeckillStatus::Failed,
@@ -204,6 +203,13 @@ pub async fn result(
         _ => None,
     };
     Ok(HttpResponse::Ok().json(SeckillResult { status, order_id }))
+}
+
+/// Whether a buyer without an order may still have a request waiting in the broker: the sale
+/// recovers from a loss of its Redis data, or (open, and missing in Redis) is about to.
+async fn in_doubt(state: &AppState, sale: &Sale) -> Result<bool, ApiError> {
+    let (recovering, loaded) = state.gate.recovering(sale.id()).await?;
+    Ok(recovering || (!loaded && sale.window_now() != SaleWindow::Ended))
 }
 
 /// The buyer's result as the order authority knows it, written back to Redis.

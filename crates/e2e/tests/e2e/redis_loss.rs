@@ -149,7 +149,8 @@ async fn sale(sys: &System, stock: i64) -> GoodsId {
 }
 
 /// A buyer's result key is gone: the poll answers from the order authority (success with the
-/// order id) and writes it back; a buyer with no order is told `none`.
+/// order id) and writes it back. A buyer with no order is told `queued` while their request
+/// may still wait in the broker (the sale recovers), `none` once the recovery has ended.
 #[tokio::test]
 async fn a_lost_result_is_answered_from_the_orders() {
     let sys = spawn_system();
@@ -164,10 +165,14 @@ async fn a_lost_result_is_answered_from_the_orders() {
     let written: Option<String> =
         sys.redis().await.get(sys.redis_keys.result(g, UserId::new(2_001).unwrap())).await.unwrap();
     assert_eq!(written, Some(format!("success:{order}")), "written back to redis");
-    assert_eq!(sys.result(&nobody, g).await.status, SeckillStatus::None);
+    assert_eq!(sys.result(&nobody, g).await.status, SeckillStatus::Queued, "in doubt");
     // The sale sells on from the authority: four units left, the buyer is told REPEATED.
     let (status, body) = sys.buy_retrying(&buyer, g, Duration::from_secs(10)).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("REPEATED")), "{body}");
+    sys.eventually("the recovery ends", Duration::from_secs(20), || async { sys.audit(g).await.agrees })
+        .await;
+    assert_eq!(sys.result(&nobody, g).await.status, SeckillStatus::None);
+    assert_eq!(sys.redis_stock(g).await, Some(4));
     assert_eq!(sys.buy_order(&nobody, g).await, order + 1);
     assert_eq!(sys.redis_stock(g).await, Some(3));
 }
