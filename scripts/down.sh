@@ -7,8 +7,10 @@
 #      SECKILL_STOP_TIMEOUT (default 30) seconds for a graceful exit, then SIGKILL;
 #   2. the servers recorded in run/servers.started (PostgreSQL via pg_ctlcluster stop, Redis via
 #      redis-cli shutdown nosave, RabbitMQ via rabbitmqctl stop); servers that were already
-#      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step (bench.sh removes
-#      its scratch data between the two steps).
+#      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step and the next
+#      (bench.sh removes its scratch data between the two steps);
+#   3. what an interrupted scripts/faults.sh left (its driver, its services, its private
+#      PostgreSQL, Redis and RabbitMQ, and run/faults/): scripts/faults.sh clean.
 # Idempotent: with nothing recorded it only says so. A bench run's scratch databases, Redis keys
 # and queues are not touched here: bench.sh removes them at its end, or at its next start.
 set -euo pipefail
@@ -63,6 +65,10 @@ fi
 if [[ -s $SECKILL_STARTED_FILE ]]; then
     stopped=1
     stop_started_servers || rc=1
+fi
+if [[ -d run/faults ]]; then
+    stopped=1
+    bash scripts/faults.sh clean || rc=1
 fi
 
 if ((stopped == 0)); then

@@ -4,7 +4,8 @@
 //! `spike`, `sold-out`, `hot-user`, `drain`), checks the sale's invariants from outside, and
 //! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
-//! scratch queues. The library API is what the
+//! scratch queues; `faults` is the fault suite's driver (scripts/faults.sh: services killed and
+//! servers restarted mid-sale, nothing lost). The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
 //! [`scenario::ScenarioConfig`] returns a [`report::Report`].
 
@@ -13,6 +14,7 @@ pub mod chart;
 pub mod cleanup;
 pub mod cli;
 pub mod client;
+pub mod faults;
 pub mod invariants;
 pub mod machine;
 pub mod markdown;

@@ -148,7 +148,8 @@ pub struct Target {
     pub met: Option<bool>,
 }
 
-fn n0(v: f64) -> String {
+/// A whole number with thousands separators (`12,345`).
+pub fn n0(v: f64) -> String {
     let s = format!("{:.0}", v.abs());
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {

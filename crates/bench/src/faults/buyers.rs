@@ -1,0 +1,547 @@
+//! The buyers of a fault case, each behaving as a real client does when the system misbehaves:
+//! its own connection; a dev token, a path token, the order; 503, 504, 429 and connection
+//! errors retried after a short backoff (0.1 s doubling to 1 s, with jitter), a fresh path
+//! token on 403 BAD_TOKEN, a 409 REPEATED read as an earlier click of its own accepted although
+//! its answer was lost; after a 202 (or that 409) the result polled until `success` or
+//! `failed`, and after `failed` (the unit given back) another try, twice at most. Every answer
+//! that no client should see (a 5xx other than 503 and 504, an unexpected status) is recorded
+//! with when, who and what.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::header::{HeaderName, HeaderValue};
+use seckill_common::api::{OrderAccepted, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::{ErrorBody, ErrorCode, headers};
+use serde_json::json;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use crate::invariants::FinalState;
+
+/// Unexpected answers kept as examples per buyer and per case.
+const EXAMPLES: usize = 20;
+/// Tries after a `failed` result (the unit was given back: the buyer may buy again).
+const TRIES_AFTER_FAILED: u32 = 2;
+
+/// What every buyer of one case shares.
+pub struct Load {
+    pub endpoint: Arc<Endpoint>,
+    pub goods_id: i64,
+    token_path: String,
+    orders_path: String,
+    result_path: String,
+    /// The sale's opening: every time is counted from here, in seconds.
+    pub t0: Instant,
+    pub request_timeout: Duration,
+    /// How long a buyer keeps retrying before it gives up.
+    pub retry_budget: Duration,
+    /// How long an accepted request's result is polled before it counts as lost.
+    pub result_wait: Duration,
+    /// How long `none` after a 202 may last before it counts as lost (`queued` gets the whole
+    /// `result_wait`: a backlog is slow, a `none` is a request the system forgot).
+    pub none_grace: Duration,
+}
+
+impl Load {
+    pub fn new(endpoint: Arc<Endpoint>, goods_id: i64, t0: Instant) -> Self {
+        Self {
+            endpoint,
+            goods_id,
+            token_path: format!("/api/seckill/{goods_id}/token"),
+            orders_path: format!("/api/seckill/{goods_id}/orders"),
+            result_path: format!("/api/seckill/{goods_id}/result"),
+            t0,
+            request_timeout: Duration::from_secs(12),
+            retry_budget: Duration::from_secs(90),
+            result_wait: Duration::from_secs(150),
+            none_grace: Duration::from_secs(15),
+        }
+    }
+
+    /// Seconds since the sale opened.
+    pub fn secs(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    pub fn result_path(&self) -> &str {
+        &self.result_path
+    }
+}
+
+/// The answers a case's clients saw that were not the normal ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub s503: u64,
+    pub s504: u64,
+    pub s429: u64,
+    pub conn_errors: u64,
+    pub timeouts: u64,
+    /// 5xx other than 503 and 504: never acceptable.
+    pub other_5xx: u64,
+    /// Other statuses no client should get here (e.g. 400, 404, 425).
+    pub unexpected: u64,
+    /// Examples of both, with when, who and what.
+    pub examples: Vec<String>,
+}
+
+impl Tally {
+    /// Counts a status a client retries; false for any other.
+    fn retryable(&mut self, a: &Answer) -> bool {
+        match a.status {
+            STATUS_ERROR => self.conn_errors += 1,
+            STATUS_TIMEOUT => self.timeouts += 1,
+            503 => self.s503 += 1,
+            504 => self.s504 += 1,
+            429 => self.s429 += 1,
+            _ => return false,
+        }
+        true
+    }
+
+    /// Records an answer no client should see. A 5xx is still retried by the caller (a real
+    /// client would), anything else ends the buyer.
+    pub(crate) fn bad(&mut self, at_s: f64, user: i64, call: &str, a: &Answer) {
+        if a.status >= 500 {
+            self.other_5xx += 1;
+        } else {
+            self.unexpected += 1;
+        }
+        if self.examples.len() < EXAMPLES {
+            let body = String::from_utf8_lossy(&a.body);
+            let body: String = body.chars().take(200).collect();
+            self.examples.push(format!("t={at_s:.2}s user {user} {call}: HTTP {} {body}", a.status));
+        }
+    }
+
+    pub fn merge(&mut self, o: &Tally) {
+        self.s503 += o.s503;
+        self.s504 += o.s504;
+        self.s429 += o.s429;
+        self.conn_errors += o.conn_errors;
+        self.timeouts += o.timeouts;
+        self.other_5xx += o.other_5xx;
+        self.unexpected += o.unexpected;
+        for e in &o.examples {
+            if self.examples.len() < EXAMPLES {
+                self.examples.push(e.clone());
+            }
+        }
+    }
+}
+
+/// One accepted request (a 202, or a 409 REPEATED standing for an earlier click whose answer
+/// was lost) and what polling its result found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    /// From the 202's body; `None` for a 409 REPEATED.
+    pub request_id: Option<Uuid>,
+    pub sent_s: f64,
+    pub at_s: f64,
+    /// The last result seen: `Success` or `Failed` when final; `Queued` or `None` when polling
+    /// gave up on it.
+    pub state: FinalState,
+    pub order_id: Option<i64>,
+    pub final_s: Option<f64>,
+}
+
+impl Accepted {
+    pub fn is_final(&self) -> bool {
+        matches!(self.state, FinalState::Success | FinalState::Failed)
+    }
+}
+
+/// Everything one buyer did and saw.
+#[derive(Debug, Clone)]
+pub struct BuyerLog {
+    pub user_id: i64,
+    /// Arrived after the main load, to buy units given back late.
+    pub late: bool,
+    pub bearer: Option<HeaderValue>,
+    pub order_calls: u32,
+    pub accepted: Vec<Accepted>,
+    /// Ended with 410 SOLD_OUT.
+    pub sold_out: bool,
+    /// Ran out of its retry budget.
+    pub gave_up: bool,
+    /// `(sent, answered)` of each 202 and clean 410 SOLD_OUT: when the buy path answered.
+    pub good: Vec<(f64, f64)>,
+    pub tally: Tally,
+}
+
+impl BuyerLog {
+    fn new(user_id: i64, late: bool) -> Self {
+        Self {
+            user_id,
+            late,
+            bearer: None,
+            order_calls: 0,
+            accepted: Vec::new(),
+            sold_out: false,
+            gave_up: false,
+            good: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// The buyer got as far as an answer about the sale.
+    pub fn took_part(&self) -> bool {
+        self.order_calls > 0 || self.sold_out || !self.accepted.is_empty()
+    }
+}
+
+/// Backoff between retries: 0.1 s doubling to 1 s, plus up to half again of jitter (from the
+/// user id and the try, so runs are alike and buyers spread).
+struct Backoff {
+    next: Duration,
+    seed: u64,
+    tries: u64,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new(seed: i64) -> Self {
+        Self { next: Self::FIRST, seed: seed.unsigned_abs(), tries: 0 }
+    }
+
+    /// The next pause, and the one after it doubled.
+    fn delay(&mut self) -> Duration {
+        self.tries += 1;
+        let half = (self.next.as_millis() as u64 / 2).max(1);
+        let jitter =
+            self.seed.wrapping_mul(2_654_435_761).wrapping_add(self.tries.wrapping_mul(40_503)) % half;
+        let d = self.next + Duration::from_millis(jitter);
+        self.next = (self.next * 2).min(Self::MAX);
+        d
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.delay()).await;
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+fn code(a: &Answer) -> String {
+    serde_json::from_slice::<ErrorBody>(&a.body).map(|b| b.code).unwrap_or_default()
+}
+
+fn is(a: &Answer, status: u16, c: ErrorCode) -> bool {
+    a.status == status && code(a) == c.as_str()
+}
+
+/// `users` arrive evenly over `over`, each running [`buyer`]; returns their logs.
+pub async fn arrive(load: Arc<Load>, users: Range<i64>, over: Duration, late: bool) -> Vec<BuyerLog> {
+    let n = (users.end - users.start).max(1) as f64;
+    let start = tokio::time::Instant::now();
+    let mut set = JoinSet::new();
+    for (i, user) in users.enumerate() {
+        tokio::time::sleep_until(start + over.mul_f64(i as f64 / n)).await;
+        set.spawn(buyer(load.clone(), user, late));
+    }
+    let mut logs = Vec::new();
+    while let Some(done) = set.join_next().await {
+        if let Ok(log) = done {
+            logs.push(log);
+        }
+    }
+    logs.sort_by_key(|l| l.user_id);
+    logs
+}
+
+/// One buyer, from its dev token to a final answer (or its retry budget spent).
+pub async fn buyer(load: Arc<Load>, user_id: i64, late: bool) -> BuyerLog {
+    let mut log = BuyerLog::new(user_id, late);
+    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    let give_up = Instant::now() + load.retry_budget;
+    let mut backoff = Backoff::new(user_id);
+
+    let bearer = loop {
+        if Instant::now() >= give_up {
+            log.gave_up = true;
+            return log;
+        }
+        let a = conn
+            .send(Req::post("/api/auth/dev-token").json(&json!({"user_id": user_id, "role": "user"})))
+            .await;
+        if a.status == 200
+            && let Some(b) = serde_json::from_slice::<TokenResponse>(&a.body)
+                .ok()
+                .and_then(|t| bearer_header(&t.token).ok())
+        {
+            break b;
+        }
+        if !log.tally.retryable(&a) {
+            log.tally.bad(load.secs(), user_id, "POST /api/auth/dev-token", &a);
+            if a.status < 500 {
+                return log;
+            }
+        }
+        backoff.wait().await;
+    };
+    log.bearer = Some(bearer.clone());
+
+    let token_header = HeaderName::from_static(headers::SECKILL_TOKEN);
+    let mut token: Option<HeaderValue> = None;
+    let mut tries_after_failed = 0;
+    loop {
+        if Instant::now() >= give_up {
+            log.gave_up = true;
+            break;
+        }
+        let Some(path_token) = token.clone() else {
+            let sent = load.secs();
+            let a = conn.send(Req::post(&load.token_path).bearer(&bearer)).await;
+            if a.status == 200 {
+                match serde_json::from_slice::<TokenResponse>(&a.body)
+                    .ok()
+                    .and_then(|t| HeaderValue::from_str(&t.token).ok())
+                {
+                    Some(t) => {
+                        token = Some(t);
+                        backoff.reset();
+                        continue;
+                    }
+                    None => {
+                        log.tally.bad(load.secs(), user_id, "POST .../token", &a);
+                        break;
+                    }
+                }
+            }
+            if is(&a, 410, ErrorCode::SoldOut) {
+                log.good.push((sent, load.secs()));
+                log.sold_out = true;
+                break;
+            }
+            if !log.tally.retryable(&a) {
+                log.tally.bad(load.secs(), user_id, "POST .../token", &a);
+                if a.status < 500 {
+                    break;
+                }
+            }
+            backoff.wait().await;
+            continue;
+        };
+
+        let sent = load.secs();
+        log.order_calls += 1;
+        let a = conn
+            .send(Req::post(&load.orders_path).bearer(&bearer).header(token_header.clone(), path_token))
+            .await;
+        let answered = load.secs();
+        let request_id = if a.status == 202 {
+            log.good.push((sent, answered));
+            serde_json::from_slice::<OrderAccepted>(&a.body).ok().map(|b| b.request_id)
+        } else if is(&a, 409, ErrorCode::Repeated) {
+            None
+        } else if is(&a, 403, ErrorCode::BadToken) {
+            // Used by a click whose answer was lost, or expired: ask for a fresh one.
+            token = None;
+            continue;
+        } else if is(&a, 410, ErrorCode::SoldOut) {
+            log.good.push((sent, answered));
+            log.sold_out = true;
+            break;
+        } else {
+            if !log.tally.retryable(&a) {
+                log.tally.bad(answered, user_id, "POST .../orders", &a);
+                if a.status < 500 {
+                    break;
+                }
+            }
+            backoff.wait().await;
+            continue;
+        };
+        token = None;
+        backoff.reset();
+        let accepted = Accepted {
+            request_id,
+            sent_s: sent,
+            at_s: answered,
+            state: FinalState::Queued,
+            order_id: None,
+            final_s: None,
+        };
+        let accepted = poll(&load, &mut conn, &bearer, accepted, &mut log.tally, user_id).await;
+        let failed = accepted.state == FinalState::Failed;
+        log.accepted.push(accepted);
+        if failed && tries_after_failed < TRIES_AFTER_FAILED {
+            tries_after_failed += 1;
+            continue;
+        }
+        break;
+    }
+    log
+}
+
+/// Polls an accepted request's result until it is final, `none` for `none_grace`, or
+/// `result_wait` has passed: every 0.25 s for the first 2 s, then every 0.5 s, then every 1 s
+/// after 10 s (a long backlog is not worth a poll storm).
+async fn poll(
+    load: &Load,
+    conn: &mut Conn,
+    bearer: &HeaderValue,
+    mut acc: Accepted,
+    tally: &mut Tally,
+    user_id: i64,
+) -> Accepted {
+    let start = Instant::now();
+    let mut none_since: Option<Instant> = None;
+    loop {
+        let waited = start.elapsed();
+        let pause = if waited < Duration::from_secs(2) {
+            Duration::from_millis(250)
+        } else if waited < Duration::from_secs(10) {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(1)
+        };
+        tokio::time::sleep(pause).await;
+        let a = conn.send(Req::get(&load.result_path).bearer(bearer)).await;
+        match (a.status, serde_json::from_slice::<SeckillResult>(&a.body)) {
+            (200, Ok(r)) => match r.status {
+                SeckillStatus::Success | SeckillStatus::Failed => {
+                    acc.state = if r.status == SeckillStatus::Success {
+                        FinalState::Success
+                    } else {
+                        FinalState::Failed
+                    };
+                    acc.order_id = r.order_id.map(|o| o.get());
+                    acc.final_s = Some(load.secs());
+                    return acc;
+                }
+                SeckillStatus::Queued => {
+                    acc.state = FinalState::Queued;
+                    none_since = None;
+                }
+                SeckillStatus::None => {
+                    acc.state = FinalState::None;
+                    if none_since.get_or_insert_with(Instant::now).elapsed() >= load.none_grace {
+                        return acc;
+                    }
+                }
+            },
+            _ => {
+                if !tally.retryable(&a) {
+                    tally.bad(load.secs(), user_id, "GET .../result", &a);
+                }
+            }
+        }
+        if start.elapsed() >= load.result_wait {
+            return acc;
+        }
+    }
+}
+
+/// A user's result read once more at the end of the case (retrying 503, 504 and connection
+/// errors until `deadline`): `None` when it could not be read.
+pub async fn read_result(
+    load: &Load,
+    conn: &mut Conn,
+    bearer: &HeaderValue,
+    deadline: Instant,
+) -> Option<(FinalState, Option<i64>)> {
+    let mut backoff = Backoff::new(0);
+    let mut scratch = Tally::default();
+    loop {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        let a = conn.send(Req::get(&load.result_path).bearer(bearer)).await;
+        if let (200, Ok(r)) = (a.status, serde_json::from_slice::<SeckillResult>(&a.body)) {
+            let state = match r.status {
+                SeckillStatus::Success => FinalState::Success,
+                SeckillStatus::Failed => FinalState::Failed,
+                SeckillStatus::Queued => FinalState::Queued,
+                SeckillStatus::None => FinalState::None,
+            };
+            return Some((state, r.order_id.map(|o| o.get())));
+        }
+        if !scratch.retryable(&a) {
+            return None;
+        }
+        backoff.wait().await;
+    }
+}
+
+/// GETs `path` as `bearer` until a 200 (retrying 503, 504 and connection errors until
+/// `deadline`); the body, or `None`.
+pub async fn get_ok(
+    conn: &mut Conn,
+    path: &str,
+    bearer: Option<&HeaderValue>,
+    deadline: Instant,
+) -> Option<bytes::Bytes> {
+    let mut backoff = Backoff::new(1);
+    let mut scratch = Tally::default();
+    loop {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        let mut req = Req::get(path);
+        if let Some(b) = bearer {
+            req = req.bearer(b);
+        }
+        let a = conn.send(req).await;
+        if a.status == 200 {
+            return Some(a.body);
+        }
+        if !scratch.retryable(&a) {
+            return None;
+        }
+        backoff.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer { status, body: Bytes::from(body.to_owned()) }
+    }
+
+    #[test]
+    fn retryable_answers_are_counted_and_others_recorded() {
+        let mut t = Tally::default();
+        for s in [503, 504, 429, STATUS_ERROR, STATUS_TIMEOUT] {
+            assert!(t.retryable(&answer(s, "")));
+        }
+        assert!(!t.retryable(&answer(500, "")));
+        assert!(!t.retryable(&answer(202, "")));
+        assert_eq!((t.s503, t.s504, t.s429, t.conn_errors, t.timeouts), (1, 1, 1, 1, 1));
+        t.bad(1.5, 7, "POST .../orders", &answer(502, r#"{"code":"X"}"#));
+        t.bad(1.6, 8, "POST .../token", &answer(425, ""));
+        assert_eq!((t.other_5xx, t.unexpected), (1, 1));
+        assert_eq!(t.examples[0], r#"t=1.50s user 7 POST .../orders: HTTP 502 {"code":"X"}"#);
+        let mut sum = Tally::default();
+        sum.merge(&t);
+        sum.merge(&t);
+        assert_eq!((sum.s503, sum.other_5xx, sum.examples.len()), (2, 2, 4));
+    }
+
+    #[test]
+    fn error_codes_are_read_from_the_body() {
+        assert!(is(&answer(410, r#"{"code":"SOLD_OUT","message":"sold out"}"#), 410, ErrorCode::SoldOut));
+        assert!(!is(&answer(410, r#"{"code":"ENDED","message":"over"}"#), 410, ErrorCode::SoldOut));
+        assert!(!is(&answer(410, "not json"), 410, ErrorCode::SoldOut));
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_second_with_jitter() {
+        let mut b = Backoff::new(42);
+        for base in [100, 200, 400, 800, 1_000, 1_000] {
+            let d = b.delay().as_millis() as u64;
+            assert!((base..base + base / 2).contains(&d), "{d} ms for a {base} ms step");
+        }
+        b.reset();
+        assert_eq!(b.next, Backoff::FIRST);
+    }
+}

@@ -1,0 +1,286 @@
+//! The fault cases: each is a list of [`Step`]s run while the buyers arrive, from the moment
+//! the sale opens. [`Step::Fault`] marks the instant the fault is counted from and
+//! [`Step::Back`] the instant everything is running again, so the recovery times mean the same
+//! thing in every case.
+
+use std::time::Duration;
+
+use anyhow::bail;
+
+/// One of the four services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Svc {
+    Stock,
+    Seckill,
+    Order,
+    Gateway,
+}
+
+impl Svc {
+    /// In start order: nothing calls a service started after it.
+    pub const ALL: [Svc; 4] = [Svc::Stock, Svc::Seckill, Svc::Order, Svc::Gateway];
+
+    /// The binary's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Seckill => "seckill-service",
+            Self::Order => "order-service",
+            Self::Stock => "stock-service",
+        }
+    }
+
+    /// Its port is the gateway's plus this (the standard ports keep the same order).
+    pub fn port_offset(self) -> u16 {
+        match self {
+            Self::Gateway => 0,
+            Self::Seckill => 1,
+            Self::Order => 2,
+            Self::Stock => 3,
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Seckill => "seckill",
+            Self::Order => "order",
+            Self::Stock => "stock",
+        }
+    }
+}
+
+/// A private server, as `scripts/faults.sh server KIND ACTION` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Postgres,
+    Redis,
+    RabbitMq,
+}
+
+impl Server {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Postgres => "pg",
+            Self::Redis => "redis",
+            Self::RabbitMq => "rabbitmq",
+        }
+    }
+}
+
+/// What the driver does during a case, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Wait(Duration),
+    /// The fault's instant: recovery times count from here.
+    Fault,
+    /// Everything runs again.
+    Back,
+    /// SIGKILL: no clean-up of any kind.
+    Kill9(Svc),
+    /// SIGTERM, then wait for the process to exit (its graceful shutdown).
+    Term(Svc),
+    /// Start the binary and wait until its /readyz answers 200.
+    Start(Svc),
+    /// SIGSTOP: the process freezes with its connections open.
+    Pause(Svc),
+    /// SIGCONT.
+    Resume(Svc),
+    /// `scripts/faults.sh server KIND ACTION` on a private server.
+    Ctl(Server, &'static str),
+}
+
+/// One fault case.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    /// What happens, in a line.
+    pub fault: String,
+    pub steps: Vec<Step>,
+    /// Buyers arrive evenly over this long from the sale's opening.
+    pub arrive_over: Duration,
+}
+
+/// The case sizes and timings of a full or a quick run.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// When the fault comes, counted from the sale's opening.
+    pub fault_at: Duration,
+    /// How long a killed service stays down.
+    pub down: Duration,
+    pub arrive_over: Duration,
+    /// The long order-service outage.
+    pub long_outage: Duration,
+}
+
+impl Timing {
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                fault_at: Duration::from_secs(1),
+                down: Duration::from_secs(2),
+                arrive_over: Duration::from_secs(6),
+                long_outage: Duration::from_secs(15),
+            }
+        } else {
+            Self {
+                fault_at: Duration::from_millis(1_500),
+                down: Duration::from_secs(2),
+                arrive_over: Duration::from_secs(10),
+                long_outage: Duration::from_secs(60),
+            }
+        }
+    }
+}
+
+/// The CI subset run by `--quick`.
+pub const QUICK: [&str; 2] = ["kill9-order", "redis-flush-kill"];
+
+/// Every case, in the order the full suite runs them.
+pub fn all(t: Timing) -> Vec<Case> {
+    use Step::*;
+    let secs = |d: Duration| d.as_secs_f64();
+    let mut cases = Vec::new();
+    for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
+        cases.push(Case {
+            name: format!("kill9-{}", svc.short()),
+            fault: format!("kill -9 of {} mid-sale, started again {:.0} s later", svc.name(), secs(t.down)),
+            steps: vec![Wait(t.fault_at), Fault, Kill9(svc), Wait(t.down), Start(svc), Back],
+            arrive_over: t.arrive_over,
+        });
+    }
+    for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
+        cases.push(Case {
+            name: format!("sigterm-{}", svc.short()),
+            fault: format!(
+                "SIGTERM of {} under load (graceful shutdown), started again as soon as it exited",
+                svc.name()
+            ),
+            steps: vec![Wait(t.fault_at), Fault, Term(svc), Start(svc), Back],
+            arrive_over: t.arrive_over,
+        });
+    }
+    let before = Duration::from_secs(1);
+    cases.push(Case {
+        name: "rabbitmq-restart".into(),
+        fault: "RabbitMQ restart (stop_app, start_app) with a backlog queued: order-service stopped 1 s \
+                into the sale, the broker restarted 2 s later, order-service started once it is back"
+            .into(),
+        steps: vec![
+            Wait(before),
+            Term(Svc::Order),
+            Wait(Duration::from_secs(2)),
+            Fault,
+            Ctl(Server::RabbitMq, "restart"),
+            Start(Svc::Order),
+            Back,
+        ],
+        // Buyers keep arriving after the broker is back (its restart takes several seconds).
+        arrive_over: t.arrive_over + Duration::from_secs(4),
+    });
+    cases.push(Case {
+        name: "postgres-restart".into(),
+        fault: "PostgreSQL restart while the backlog drains: order-service frozen (SIGSTOP) 1 s into the \
+                sale so a backlog builds, 3 s later PostgreSQL stopped (pg_ctl -m fast: every connection \
+                cut) and order-service resumed into it, PostgreSQL started 2 s later"
+            .into(),
+        steps: vec![
+            Wait(before),
+            Pause(Svc::Order),
+            Wait(Duration::from_secs(3)),
+            Fault,
+            Ctl(Server::Postgres, "stop"),
+            Resume(Svc::Order),
+            Wait(Duration::from_secs(2)),
+            Ctl(Server::Postgres, "start"),
+            Back,
+        ],
+        arrive_over: t.arrive_over,
+    });
+    cases.push(Case {
+        name: "redis-flush-kill".into(),
+        fault: "Redis FLUSHALL + CLIENT KILL TYPE normal with requests queued: order-service stopped 1 s \
+                into the sale, the flush 3 s later, order-service started right after (a Redis restart \
+                without persistence, or a failover to a replica that missed writes)"
+            .into(),
+        steps: vec![
+            Wait(before),
+            Term(Svc::Order),
+            Wait(Duration::from_secs(3)),
+            Fault,
+            Ctl(Server::Redis, "flush-kill"),
+            Start(Svc::Order),
+            Back,
+        ],
+        arrive_over: t.arrive_over,
+    });
+    cases.push(Case {
+        name: "redis-restart".into(),
+        fault: "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)".into(),
+        steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, "restart"), Back],
+        arrive_over: t.arrive_over,
+    });
+    cases.push(Case {
+        name: format!("order-down-{}s", t.long_outage.as_secs()),
+        fault: format!(
+            "order-service down for {:.0} s (SIGTERM 1 s into the sale, started again after the outage): \
+             buyers are accepted and wait in the queue",
+            secs(t.long_outage)
+        ),
+        steps: vec![Wait(before), Fault, Term(Svc::Order), Wait(t.long_outage), Start(Svc::Order), Back],
+        arrive_over: t.arrive_over,
+    });
+    cases
+}
+
+/// The cases to run: those named (in the suite's order), else the quick subset or all of them.
+/// `order-down` stands for the long outage whatever its length.
+pub fn select(t: Timing, quick: bool, names: &[String]) -> anyhow::Result<Vec<Case>> {
+    let all = all(t);
+    let wanted: Vec<String> = if names.is_empty() {
+        if quick { QUICK.iter().map(|n| (*n).to_owned()).collect() } else { return Ok(all) }
+    } else {
+        names.to_vec()
+    };
+    let matches =
+        |c: &Case, n: &str| c.name == n || (n.starts_with("order-down") && c.name.starts_with("order-down"));
+    if let Some(unknown) = wanted.iter().find(|n| !all.iter().any(|c| matches(c, n))) {
+        bail!(
+            "no fault case `{unknown}`; the cases are: {}",
+            all.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(all.into_iter().filter(|c| wanted.iter().any(|n| matches(c, n))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_marks_its_fault_and_its_return() {
+        let cases = all(Timing::new(false));
+        assert_eq!(cases.len(), 13);
+        for c in &cases {
+            let fault = c.steps.iter().position(|s| *s == Step::Fault);
+            let back = c.steps.iter().position(|s| *s == Step::Back);
+            assert!(matches!((fault, back), (Some(f), Some(b)) if f < b), "{}", c.name);
+        }
+        let names: std::collections::HashSet<_> = cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names.len(), cases.len(), "names are unique");
+    }
+
+    #[test]
+    fn cases_are_selected_by_name() {
+        let t = Timing::new(true);
+        let quick: Vec<_> = select(t, true, &[]).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(quick, QUICK);
+        let named = select(t, true, &["order-down".into(), "kill9-gateway".into()]).unwrap();
+        assert_eq!(
+            named.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["kill9-gateway", "order-down-15s"]
+        );
+        assert!(select(t, false, &["nope".into()]).is_err());
+        assert_eq!(select(t, false, &[]).unwrap().len(), 13);
+    }
+}

@@ -1,0 +1,606 @@
+//! `seckill-bench faults`: the driver of the fault suite (scripts/faults.sh runs it against
+//! private servers it starts). It proves from outside that the system loses nothing when a part
+//! of it dies.
+//!
+//! The driver starts the four release binaries itself ([`fleet`]). For each case ([`cases`]):
+//! a fresh sale created by an admin through the gateway; buyers arriving evenly for several
+//! seconds, each a real client that retries what real clients retry ([`buyers`]); the case's
+//! fault injected mid-sale while they keep arriving, and the service or server brought back
+//! (servers through `scripts/faults.sh server ...`, [`servers`]); every accepted buyer's result
+//! awaited; late buyers while units are left (a unit given back must be sold); then figures and
+//! checks from the gateway's answers and SQL on the private PostgreSQL ([`verdict`]). The full
+//! suite writes docs/RELIABILITY.md ([`doc`]). The process exits non-zero when a case broke an
+//! invariant, each violation named.
+
+pub mod buyers;
+pub mod cases;
+pub mod doc;
+pub mod fleet;
+pub mod servers;
+pub mod verdict;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use futures_util::future::join_all;
+use seckill_common::api::{Goods, NewGoods, Order};
+
+use self::buyers::{BuyerLog, Load};
+use self::cases::{Case, Step, Svc, Timing};
+use self::fleet::{Backends, Fleet};
+use self::servers::Servers;
+use self::verdict::{Figures, OrderRow, Outside};
+use crate::client::{Conn, Endpoint, Req, bearer_header};
+use crate::invariants::{Check, FinalState};
+use crate::scenario::dev_token;
+
+/// Ports of the system's own servers and services: the suite restarts, flushes and kills what
+/// it is pointed at, so it refuses these.
+const STANDARD_PORTS: [u16; 7] = [5432, 6379, 5672, 8080, 8081, 8082, 8083];
+/// Connections used for the end-of-case reads, and how long those reads may take in all (an
+/// endpoint that keeps failing must not hold the suite for one timeout per buyer).
+const READERS: usize = 16;
+const READ_FOR: Duration = Duration::from_secs(60);
+/// The end state is read this long after everything was back at the earliest: with the
+/// services' timings here, the background repairs (the reconciler after 5 s, the end of a
+/// Redis-loss recovery after the 3 s confirm timeout and two 1 s ticks, the sweeper's 5 s
+/// grace) have all had their turn by then.
+const SETTLE: Duration = Duration::from_secs(8);
+/// A result still `queued` at the end is read again for up to this long before it counts as
+/// stuck: `queued` is not an end state.
+const REQUEUED_FOR: Duration = Duration::from_secs(30);
+/// Late buyers at most, and how long they may keep arriving.
+const MAX_LATE: usize = 200;
+const LATE_FOR: Duration = Duration::from_secs(20);
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bin_dir: PathBuf,
+    pub scratch: PathBuf,
+    pub server_ctl: PathBuf,
+    pub pg_url: String,
+    pub redis_url: String,
+    pub amqp_url: String,
+    /// The gateway's port; the other services take the next three.
+    pub http_port: u16,
+    pub psql: String,
+    pub quick: bool,
+    pub cases: Vec<String>,
+    /// Units per sale (default 400, quick 150); buyers are three times as many.
+    pub units: Option<i64>,
+    /// Where to write RELIABILITY.md.
+    pub out: Option<PathBuf>,
+    pub commit: String,
+}
+
+impl Config {
+    pub fn units(&self) -> i64 {
+        self.units.unwrap_or(if self.quick { 150 } else { 400 })
+    }
+
+    /// Refuses a server or service on a standard port.
+    fn check_ports(&self) -> anyhow::Result<()> {
+        for url in [&self.pg_url, &self.redis_url, &self.amqp_url] {
+            if port_of(url).is_none_or(|p| STANDARD_PORTS.contains(&p)) {
+                bail!(
+                    "{url}: the fault suite restarts and flushes its servers; give it private ones on other ports (scripts/faults.sh does)"
+                );
+            }
+        }
+        if (0..4).any(|i| STANDARD_PORTS.contains(&(self.http_port + i))) {
+            bail!("--http-port {}: the services would take the system's standard ports", self.http_port);
+        }
+        Ok(())
+    }
+}
+
+/// The explicit port of a `scheme://[user[:password]@]host:port[/path]` URL.
+pub fn port_of(url: &str) -> Option<u16> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    host_port.rsplit_once(':')?.1.parse().ok()
+}
+
+/// What the driver did during a case.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    pub fault_s: Option<f64>,
+    pub back_s: Option<f64>,
+    /// `(seconds since the sale opened, what)`.
+    pub events: Vec<(f64, String)>,
+    pub error: Option<String>,
+}
+
+/// One case's outcome.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub name: String,
+    pub fault: String,
+    pub goods_id: Option<i64>,
+    pub units: i64,
+    pub buyers_planned: i64,
+    pub arrive_over: Duration,
+    pub timeline: Timeline,
+    pub figures: Option<Figures>,
+    pub checks: Vec<Check>,
+    /// The case could not run to its end.
+    pub error: Option<String>,
+    pub took: Duration,
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        self.error.is_none()
+            && self.timeline.error.is_none()
+            && !self.checks.is_empty()
+            && self.checks.iter().all(|c| c.ok)
+    }
+
+    /// Each violation, named: failed checks, and a case that could not run.
+    pub fn violations(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.checks.iter().filter(|c| !c.ok).map(|c| format!("{}: {}", c.name, c.detail)).collect();
+        if let Some(e) = &self.timeline.error {
+            v.push(format!("fault step failed: {e}"));
+        }
+        if let Some(e) = &self.error {
+            v.push(format!("case did not run to its end: {e}"));
+        }
+        v
+    }
+}
+
+/// Runs the selected cases and returns their results (written to `cfg.out` if set).
+pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
+    cfg.check_ports()?;
+    let timing = Timing::new(cfg.quick);
+    let cases = cases::select(timing, cfg.quick, &cfg.cases)?;
+    let started_at = Utc::now();
+    let mut fleet = Fleet::new(
+        &cfg.bin_dir,
+        &cfg.scratch,
+        cfg.http_port,
+        Backends {
+            pg_url: cfg.pg_url.clone(),
+            redis_url: cfg.redis_url.clone(),
+            amqp_url: cfg.amqp_url.clone(),
+        },
+    )?;
+    let servers = Servers { ctl: cfg.server_ctl.clone(), psql: cfg.psql.clone(), pg_url: cfg.pg_url.clone() };
+    println!(
+        "faults: {} case(s), {} units each, {} buyers per case; services on ports {}-{}, logs in {}",
+        cases.len(),
+        cfg.units(),
+        cfg.units() * 3,
+        cfg.http_port,
+        cfg.http_port + 3,
+        cfg.scratch.join("services").display()
+    );
+    let mut results = Vec::new();
+    let outcome = async {
+        for svc in Svc::ALL {
+            let took = fleet.start(svc).await?;
+            println!("faults: {} ready after {:.1} s", svc.name(), took.as_secs_f64());
+        }
+        for (i, case) in cases.iter().enumerate() {
+            let r = run_case(&mut fleet, &servers, cfg, case, i).await;
+            print_case(&r);
+            results.push(r);
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    fleet.stop_all().await;
+    outcome?;
+
+    println!("\n{}", doc::summary_text(&results));
+    if let Some(out) = &cfg.out {
+        let text = doc::render(&results, cfg, started_at, Utc::now());
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+        println!("faults: wrote {}", out.display());
+    }
+    Ok(results)
+}
+
+async fn run_case(
+    fleet: &mut Fleet,
+    servers: &Servers,
+    cfg: &Config,
+    case: &Case,
+    index: usize,
+) -> CaseResult {
+    let started = Instant::now();
+    let units = cfg.units();
+    let mut r = CaseResult {
+        name: case.name.clone(),
+        fault: case.fault.clone(),
+        goods_id: None,
+        units,
+        buyers_planned: units * 3,
+        arrive_over: case.arrive_over,
+        timeline: Timeline::default(),
+        figures: None,
+        checks: Vec::new(),
+        error: None,
+        took: Duration::ZERO,
+    };
+    println!("\n== {}: {}", case.name, case.fault);
+    if let Err(e) = run_sale(fleet, servers, case, index, &mut r).await {
+        r.error = Some(format!("{e:#}"));
+    }
+    r.took = started.elapsed();
+    r
+}
+
+async fn run_sale(
+    fleet: &mut Fleet,
+    servers: &Servers,
+    case: &Case,
+    index: usize,
+    r: &mut CaseResult,
+) -> anyhow::Result<()> {
+    let restored = fleet.ensure_all().await?;
+    let endpoint = Endpoint::parse(&fleet.url(Svc::Gateway))?;
+    let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
+    let admin_token = dev_token(&mut admin, 1, "admin").await?;
+    let goods = create_sale(&mut admin, &admin_token, r.units, &case.name).await?;
+    let g = goods.id.get();
+    r.goods_id = Some(g);
+    let t0 = Instant::now();
+    if !restored.is_empty() {
+        r.timeline.events.push((0.0, format!("before the sale: {}", restored.join("; "))));
+    }
+    println!(
+        "   sale {g}: {} units, {} buyers arriving over {:.0} s",
+        r.units,
+        r.buyers_planned,
+        case.arrive_over.as_secs_f64()
+    );
+
+    // The load and the fault, side by side.
+    let load = Arc::new(Load::new(endpoint.clone(), g, t0));
+    // Distinct users per case, so no case sees another's reservations or orders.
+    let first = (index as i64 + 1) * 1_000_000;
+    let users = first..first + r.buyers_planned;
+    let (mut logs, timeline) = tokio::join!(
+        buyers::arrive(load.clone(), users, case.arrive_over, false),
+        run_steps(&case.steps, fleet, servers, t0)
+    );
+    r.timeline = timeline;
+    if let Some(e) = &r.timeline.error {
+        // Leave the next case a whole system even so.
+        let _ = fleet.ensure_all().await;
+        println!("   fault step failed: {e}");
+    }
+
+    // Units given back late (a reservation reconciled, a failed request) are sold to late buyers.
+    let took_part = logs.iter().filter(|l| l.took_part()).count() as i64;
+    if took_part > r.units {
+        let since = t0.elapsed().as_secs_f64();
+        let late = late_buyers(&endpoint, servers, g, t0, r.units, first + r.buyers_planned).await?;
+        if !late.is_empty() {
+            let bought =
+                late.iter().filter(|l| l.accepted.iter().any(|a| a.state == FinalState::Success)).count();
+            let what = format!(
+                "fewer orders than units once every result was final: {} late buyers arrived, {bought} of them bought",
+                late.len()
+            );
+            println!("   t={since:6.2}s {what}");
+            r.timeline.events.push((since, what));
+        }
+        logs.extend(late);
+    }
+
+    // Let the background repairs finish what is theirs before the end state is read.
+    let back = r.timeline.back_s.map_or(Duration::ZERO, Duration::from_secs_f64);
+    tokio::time::sleep_until((t0 + back + SETTLE).max(Instant::now() + Duration::from_secs(2)).into()).await;
+    let outside = read_outside(&load, servers, g, &logs).await?;
+    let (figures, checks) = verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
+    r.figures = Some(figures);
+    r.checks = checks;
+    Ok(())
+}
+
+/// Runs a case's steps from the sale's opening `t0`; stops at the first failed step.
+async fn run_steps(steps: &[Step], fleet: &mut Fleet, servers: &Servers, t0: Instant) -> Timeline {
+    let mut tl = Timeline::default();
+    let secs = || t0.elapsed().as_secs_f64();
+    for step in steps {
+        let at = secs();
+        let done: anyhow::Result<String> = match step {
+            Step::Wait(d) => {
+                tokio::time::sleep(*d).await;
+                continue;
+            }
+            Step::Fault => {
+                tl.fault_s = Some(at);
+                continue;
+            }
+            Step::Back => {
+                tl.back_s = Some(at);
+                Ok("everything is running again".into())
+            }
+            Step::Kill9(s) => fleet.kill9(*s).await.map(|()| format!("kill -9 {}", s.name())),
+            Step::Term(s) => fleet.term(*s).await.map(|(took, status)| {
+                format!("SIGTERM {}: exited after {:.1} s ({status})", s.name(), took.as_secs_f64())
+            }),
+            Step::Start(s) => fleet
+                .start(*s)
+                .await
+                .map(|took| format!("{} started, ready after {:.1} s", s.name(), took.as_secs_f64())),
+            Step::Pause(s) => fleet.signal(*s, "STOP").map(|()| format!("SIGSTOP {}", s.name())),
+            Step::Resume(s) => fleet.signal(*s, "CONT").map(|()| format!("SIGCONT {}", s.name())),
+            Step::Ctl(server, action) => servers
+                .control(*server, action)
+                .await
+                .map(|took| format!("{} {action} (took {:.1} s)", server.kind(), took.as_secs_f64())),
+        };
+        match done {
+            Ok(what) => {
+                println!("   t={at:6.2}s {what}");
+                tl.events.push((at, what));
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                tl.events.push((at, format!("FAILED: {e}")));
+                tl.error = Some(e);
+                break;
+            }
+        }
+    }
+    tl
+}
+
+/// Late buyers, four at a time, while the database has fewer active orders than units, for
+/// up to [`LATE_FOR`].
+async fn late_buyers(
+    endpoint: &Arc<Endpoint>,
+    servers: &Servers,
+    g: i64,
+    t0: Instant,
+    units: i64,
+    mut next_user: i64,
+) -> anyhow::Result<Vec<BuyerLog>> {
+    let mut load = Load::new(endpoint.clone(), g, t0);
+    load.retry_budget = LATE_FOR;
+    load.result_wait = Duration::from_secs(30);
+    load.none_grace = Duration::from_secs(10);
+    let load = Arc::new(load);
+    let deadline = Instant::now() + LATE_FOR;
+    let mut late = Vec::new();
+    loop {
+        let rows = servers
+            .sql(
+                "seckill_order",
+                &format!("SELECT count(*) FROM orders WHERE goods_id = {g} AND status IN ('unpaid', 'paid')"),
+            )
+            .await?;
+        let active: i64 = rows.first().and_then(|r| r.first()).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if active >= units || Instant::now() >= deadline || late.len() >= MAX_LATE {
+            return Ok(late);
+        }
+        late.extend(buyers::arrive(load.clone(), next_user..next_user + 4, Duration::ZERO, true).await);
+        next_user += 4;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn create_sale(conn: &mut Conn, admin: &str, units: i64, case: &str) -> anyhow::Result<Goods> {
+    let now = Utc::now();
+    let body = NewGoods {
+        name: format!("faults {case} {}", now.format("%H:%M:%S")),
+        price_cents: 99_900,
+        seckill_price_cents: 49_900,
+        stock_total: units,
+        start_at: now - chrono::Duration::seconds(1),
+        end_at: now + chrono::Duration::hours(2),
+    };
+    let bearer = bearer_header(admin)?;
+    let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;
+    if a.status != 201 {
+        bail!("POST /api/admin/goods answered HTTP {}: {}", a.status, String::from_utf8_lossy(&a.body));
+    }
+    Ok(serde_json::from_slice(&a.body)?)
+}
+
+/// The end state from outside: each buyer's result, the sale at the gateway and in both
+/// databases, and the orders each concerned buyer sees.
+async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog]) -> anyhow::Result<Outside> {
+    let bearers: HashMap<i64, _> =
+        logs.iter().filter_map(|l| l.bearer.clone().map(|b| (l.user_id, b))).collect();
+    let mut users: Vec<i64> = bearers.keys().copied().collect();
+    users.sort_unstable();
+    let deadline = Instant::now() + READ_FOR;
+
+    // Every buyer's result, on a few connections at once.
+    let reads = join_all((0..READERS).map(|k| {
+        let mine: Vec<i64> = users.iter().skip(k).step_by(READERS).copied().collect();
+        let bearers = &bearers;
+        async move {
+            let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+            let mut got = Vec::with_capacity(mine.len());
+            for u in mine {
+                got.push((u, buyers::read_result(load, &mut conn, &bearers[&u], deadline).await));
+            }
+            got
+        }
+    }))
+    .await;
+    let mut end: HashMap<i64, Option<(FinalState, Option<i64>)>> = reads.into_iter().flatten().collect();
+    let again_until = Instant::now() + REQUEUED_FOR;
+    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    loop {
+        let queued: Vec<i64> =
+            end.iter().filter(|(_, r)| matches!(r, Some((FinalState::Queued, _)))).map(|(u, _)| *u).collect();
+        if queued.is_empty() || Instant::now() >= again_until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for u in queued {
+            end.insert(u, buyers::read_result(load, &mut conn, &bearers[&u], again_until).await);
+        }
+    }
+
+    let rows = servers
+        .sql("seckill_stock", &format!("SELECT stock_total, stock_available FROM goods WHERE id = {g}"))
+        .await?;
+    let stock = rows.first().and_then(|r| Some((r.first()?.parse().ok()?, r.get(1)?.parse().ok()?)));
+    let ledger = servers
+        .sql(
+            "seckill_stock",
+            &format!("SELECT order_key, released_at IS NULL FROM stock_ledger WHERE goods_id = {g}"),
+        )
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.first()?.parse().ok()?, r.get(1)? == "t")))
+        .collect();
+    let orders: Vec<OrderRow> = servers
+        .sql(
+            "seckill_order",
+            &format!("SELECT id, request_id, user_id, status FROM orders WHERE goods_id = {g} ORDER BY id"),
+        )
+        .await?
+        .into_iter()
+        .filter_map(|r| {
+            Some(OrderRow {
+                id: r.first()?.parse().ok()?,
+                request_id: r.get(1)?.parse().ok()?,
+                user_id: r.get(2)?.parse().ok()?,
+                status: r.get(3)?.clone(),
+            })
+        })
+        .collect();
+
+    let deadline = Instant::now() + READ_FOR;
+    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    let api_available = buyers::get_ok(&mut conn, &format!("/api/goods/{g}"), None, deadline)
+        .await
+        .and_then(|b| serde_json::from_slice::<Goods>(&b).ok())
+        .map(|goods| goods.stock_available);
+
+    // The orders each concerned buyer sees at the gateway.
+    let concerned: Vec<i64> = Outside::users_to_compare(logs, &orders, &end).into_iter().collect();
+    let lists = join_all((0..READERS).map(|k| {
+        let mine: Vec<i64> = concerned.iter().skip(k).step_by(READERS).copied().collect();
+        let bearers = &bearers;
+        async move {
+            let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+            let mut got = Vec::with_capacity(mine.len());
+            for u in mine {
+                let list = match bearers.get(&u) {
+                    Some(b) => buyers::get_ok(&mut conn, "/api/orders", Some(b), deadline)
+                        .await
+                        .and_then(|body| serde_json::from_slice::<Vec<Order>>(&body).ok())
+                        .map(|orders| {
+                            orders
+                                .into_iter()
+                                .filter(|o| o.goods_id.get() == g)
+                                .map(|o| (o.id.get(), o.status.as_str().to_owned()))
+                                .collect()
+                        }),
+                    None => None,
+                };
+                got.push((u, list));
+            }
+            got
+        }
+    }))
+    .await;
+    let listed = lists.into_iter().flatten().collect();
+    Ok(Outside { stock, api_available, ledger, orders, end, listed })
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or("never".into(), |s| format!("{s:.2} s"))
+}
+
+fn print_case(r: &CaseResult) {
+    if let Some(f) = &r.figures {
+        let t = &f.tally;
+        println!(
+            "   accepted {} (+{} via 409 REPEATED), orders {}, lost {}, failed after 202 {}, won without seeing a 202 {}, \
+             sold out {}, late buyers {}, gave up {}",
+            f.accepted,
+            f.repeated,
+            f.orders,
+            f.lost,
+            f.failed_after_202,
+            f.won_unseen,
+            f.sold_out,
+            f.late_buyers,
+            f.gave_up
+        );
+        println!(
+            "   clients saw 503 x{}, 504 x{}, 429 x{}, connection errors x{}, timeouts x{}, other 5xx x{}, unexpected x{}",
+            t.s503, t.s504, t.s429, t.conn_errors, t.timeouts, t.other_5xx, t.unexpected
+        );
+        println!(
+            "   after the fault: buy path answering again {}, backlog drained (every request accepted until all was back final) {}",
+            secs(f.buy_path_back_s),
+            secs(f.drained_s)
+        );
+    }
+    for c in &r.checks {
+        println!("   [{}] {}: {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+    }
+    if r.passed() {
+        println!("   PASS ({:.0} s)", r.took.as_secs_f64());
+    } else {
+        println!("   FAIL ({:.0} s): {} violation(s):", r.took.as_secs_f64(), r.violations().len());
+        for v in r.violations() {
+            println!("     - {v}");
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn config() -> Config {
+        Config {
+            bin_dir: "b".into(),
+            scratch: "s".into(),
+            server_ctl: "c".into(),
+            pg_url: "postgres://postgres:postgres@127.0.0.1:55432".into(),
+            redis_url: "redis://127.0.0.1:56379".into(),
+            amqp_url: "amqp://guest:guest@127.0.0.1:55672/%2f".into(),
+            http_port: 58080,
+            psql: "psql".into(),
+            quick: false,
+            cases: Vec::new(),
+            units: None,
+            out: None,
+            commit: "x".into(),
+        }
+    }
+
+    #[test]
+    fn ports_are_read_from_urls() {
+        assert_eq!(port_of("postgres://u:p@127.0.0.1:55432"), Some(55432));
+        assert_eq!(port_of("amqp://guest:guest@127.0.0.1:5672/%2f"), Some(5672));
+        assert_eq!(port_of("redis://127.0.0.1"), None);
+    }
+
+    #[test]
+    fn the_systems_own_ports_are_refused() {
+        config().check_ports().unwrap();
+        for bad in [
+            Config { pg_url: "postgres://postgres:postgres@127.0.0.1:5432".into(), ..config() },
+            Config { redis_url: "redis://127.0.0.1".into(), ..config() },
+            Config { amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(), ..config() },
+            Config { http_port: 8078, ..config() },
+        ] {
+            assert!(bad.check_ports().is_err(), "{bad:?}");
+        }
+    }
+}
