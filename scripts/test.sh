@@ -7,6 +7,10 @@
 #   3. cargo nextest run --workspace --no-fail-fast (with --profile ci when CI is set) when
 #      cargo-nextest is installed, else cargo test --workspace --no-fail-fast.
 #      SECKILL_TEST_RUNNER=cargo-test forces cargo test.
+#   4. the deployment checks (scripts/check-deploy.sh), then the fast cases of the fault suite
+#      (scripts/faults.sh --quick: a release build, private servers, kill -9 of order-service and
+#      a Redis FLUSHALL with requests queued); the fault cases only on a whole run, not when
+#      arguments select tests.
 # Extra arguments go to the test runner unchanged, e.g.
 #   scripts/test.sh -p stock-service            (either runner)
 #   scripts/test.sh -E 'test(oversell)'         (nextest filter)
@@ -46,9 +50,19 @@ export SECKILL_TEST_DATABASE_URL=$SECKILL_PG_URL
 export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
 export SECKILL_TEST_AMQP_URL=$SECKILL_AMQP_URL
 
+# The fault suite's fast cases: scripts/faults.sh --quick (its own private servers; the ones above
+# are not touched). Returns non-zero when a case broke an invariant.
+fault_checks() {
+    seckill_say "bash scripts/faults.sh --quick"
+    bash "$SECKILL_ROOT/scripts/faults.sh" --quick
+}
+
 status=0
 run_tests "$@" || status=$?
 if ((status == 0)); then
     deployment_checks || status=$?
+fi
+if ((status == 0 && $# == 0)); then
+    fault_checks || status=$?
 fi
 exit "$status"
