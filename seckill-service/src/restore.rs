@@ -6,9 +6,10 @@
 //! - Redis stock = units the authority has available, less the reservations not yet deducted
 //!   there, less the units held back while recovering.
 //! - After a loss, the requests that were accepted but still waited in the broker are invisible
-//!   to both databases and to Redis. The broker's count of waiting buy requests is an upper
-//!   bound of them: that many units are held back from the rebuilt stock, so nobody is accepted
-//!   for a unit one of them will take. Each such request, when the consumer meets it, takes its
+//!   to both databases and to Redis. The broker's count of waiting buy requests bounds them:
+//!   that many units are held back from the rebuilt stock, so nobody is accepted for a unit one
+//!   of them will take (the ones a consumer already holds are registered in flight when it
+//!   claims them, and counted as such). Each such request, when the consumer meets it, takes its
 //!   unit out of the held-back ones. When the broker has had no buy request waiting at two
 //!   looks in a row, the recovery ends: the stock is set again from the authority, and the
 //!   units held back for nothing are on sale again.
@@ -19,7 +20,9 @@ use std::sync::atomic::Ordering;
 
 use actix_web::web;
 use seckill_common::amqp::{BroadcastKind, retry_queue};
-use seckill_common::api::{AuthorityAudit, Goods, QueueAudit, RedisAudit, SaleAudit, SaleRepair, SaleWindow};
+use seckill_common::api::{
+    AuthorityAudit, Goods, HeldResponse, QueueAudit, RedisAudit, SaleAudit, SaleRepair, SaleWindow,
+};
 use seckill_common::scripts::Epoch;
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
@@ -97,7 +100,7 @@ async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
         if e.is_not_found() { not_found(g) } else { ApiError::unavailable("stock-service", e) }
     })?;
     let holdback = i64::from(waiting);
-    let stock = (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0);
+    let stock = expected_stock(&authority, in_flight, holdback);
     if state.gate.load(g, stock, Epoch::new(now_ms()), Some(holdback)).await? {
         metrics::counter!("seckill_sales_rebuilt_total").increment(1);
         tracing::warn!(goods_id = %g, stock, held_back = holdback, in_flight, active_orders = orders.len(),
@@ -107,6 +110,12 @@ async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// What the Redis stock should be: the authority's available units, less the `in_flight`
+/// reservations not deducted there yet, less the units held back.
+fn expected_stock(authority: &HeldResponse, in_flight: i64, holdback: i64) -> i64 {
+    (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0)
 }
 
 /// Buy requests waiting in the broker (the orders queue and its retry queue), and the orders
@@ -197,7 +206,7 @@ pub async fn repair(state: &AppState, g: GoodsId, end_recovery: bool) -> Result<
     let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
     let authority = state.stock.held(g, snapshot.in_flight).await.map_err(unavailable("stock-service"))?;
     let holdback = if end_recovery { 0 } else { snapshot.holdback.unwrap_or(0) };
-    let target = (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0);
+    let target = expected_stock(&authority, in_flight, holdback);
     let after = state.gate.adjust(g, epoch, target - stock, end_recovery).await?;
     if after.is_some_and(|s| s != stock) {
         metrics::counter!("seckill_sales_repaired_total").increment(1);
@@ -234,7 +243,7 @@ pub async fn audit(state: &AppState, g: GoodsId) -> Result<SaleAudit, ApiError> 
     let active_orders = state.orders.count_active(g).await.map_err(unavailable("order-service"))?;
     let (waiting, consumers) = waiting_requests(state).await?;
     let holdback = snapshot.holdback.unwrap_or(0);
-    let expected = (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0);
+    let expected = expected_stock(&authority, in_flight, holdback);
 
     let mut differences = Vec::new();
     match snapshot.stock {
