@@ -257,16 +257,25 @@ impl Fulfiller {
             return Ok(superseded);
         }
         let ids: Vec<Uuid> = conflicted.iter().map(|r| r.request_id).collect();
-        let mut conn = self.pool.get().await?;
-        let now_existing: HashMap<Uuid, Existing> =
-            orders::existing(&mut conn, &ids).await?.into_iter().collect();
-        for r in conflicted {
-            if let Some(e) = now_existing.get(&r.request_id) {
-                succeeded.push((r, e.order_id));
-                report.repeated += 1;
-                continue;
+        let mut holders = Vec::new();
+        {
+            let mut conn = self.pool.get().await?;
+            let now_existing: HashMap<Uuid, Existing> =
+                orders::existing(&mut conn, &ids).await?.into_iter().collect();
+            for r in conflicted {
+                match now_existing.get(&r.request_id) {
+                    Some(e) => {
+                        succeeded.push((r, e.order_id));
+                        report.repeated += 1;
+                    }
+                    None => {
+                        holders.push((r, orders::active_of_user(&mut conn, r.goods_id, r.user_id).await?))
+                    }
+                }
             }
-            let holder = orders::active_of_user(&mut conn, r.goods_id, r.user_id).await?;
+        }
+        // The database connection is back in the pool before the calls to stock-service.
+        for (r, holder) in holders {
             self.stock.release(r.request_id).await?;
             match holder {
                 Some((order_id, holder_request)) => {
