@@ -103,3 +103,52 @@ async fn publishers_reconnect_after_the_broker_drops_them() {
     })
     .await;
 }
+
+/// A buy request that keeps failing runs out of tries and must be compensated (its deduction
+/// released); when the compensation fails too, the request goes back to the queue rather than
+/// into the dead letters, where its unit would stay held and its buyer `queued` for ever. Once
+/// the fault is gone, it ends, and everything agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_compensation_is_tried_again_never_dead_lettered() {
+    use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+    let sys = spawn_system();
+    let sale = sys.open_sale(3).await;
+    let buyer = sys.dev_token(6_001, "user").await;
+    // Orders cannot be written (not an outage: tries are counted), and units cannot be released
+    // (a ledger row's update); deductions (its inserts) still go through.
+    let refuse = |events: &str, table: &str| {
+        format!(
+            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'test refuses'; END $$ \
+             LANGUAGE plpgsql; CREATE TRIGGER refuse BEFORE {events} ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION refuse();"
+        )
+    };
+    let mut orders_db = sys.order_db.connect().await;
+    orders_db.batch_execute(&refuse("INSERT", "orders")).await.unwrap();
+    let mut stock_db = sys.stock_db.connect().await;
+    stock_db.batch_execute(&refuse("UPDATE", "stock_ledger")).await.unwrap();
+
+    let (status, body) = sys.buy(&buyer, sale.id).await;
+    assert_eq!(status, 202, "{body}");
+    // Three tries (200 ms apart), then compensations that fail, over and over.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await, 0, "not dead-lettered");
+    assert_eq!(sys.result(&buyer, sale.id).await.status, SeckillStatus::Queued);
+    assert_eq!(sys.held_at_stock(sale.id).await, 1, "the unit is held while the request lives");
+
+    diesel::sql_query("DROP TRIGGER refuse ON orders").execute(&mut orders_db).await.unwrap();
+    diesel::sql_query("DROP TRIGGER refuse ON stock_ledger").execute(&mut stock_db).await.unwrap();
+    let r = sys.final_result(&buyer, sale.id, Duration::from_secs(30)).await;
+    let (orders, _) = sys.active_orders(sale.id).await;
+    match r.status {
+        // The next turn found the database writable and made the order.
+        SeckillStatus::Success => assert_eq!((orders, sys.held_at_stock(sale.id).await), (1, 1)),
+        // Or the compensation went through: the unit is back, the message in the dead letters.
+        SeckillStatus::Failed => {
+            assert_eq!((orders, sys.held_at_stock(sale.id).await), (0, 0));
+            assert_eq!(sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await, 1);
+        }
+        other => panic!("the request did not end: {other:?}"),
+    }
+    assert_eq!(sys.goods(sale.id).await.stock_available, 3 - orders);
+}
