@@ -520,7 +520,7 @@ impl Drop for Paused {
 }
 
 /// `kill -<sig> <pid>` (no libc binding: the tool forbids unsafe code).
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+pub(crate) fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = std::process::Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())

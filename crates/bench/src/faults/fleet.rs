@@ -247,15 +247,7 @@ impl Fleet {
             .get(&svc)
             .and_then(Child::id)
             .with_context(|| format!("{} is not running", svc.name()))?;
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status()
-            .context("running kill")?;
-        if !status.success() {
-            bail!("kill -{sig} {pid} ({}) failed: {status}", svc.name());
-        }
-        Ok(())
+        crate::scenario::signal(pid, sig).with_context(|| svc.name().to_owned())
     }
 
     /// Starts whatever is not running (in start order), and resumes a paused process; returns
