@@ -28,7 +28,7 @@ use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
 use crate::broadcast;
-use crate::sales::{Sale, now_ms};
+use crate::sales::{Sale, not_found, now_ms};
 use crate::state::AppState;
 
 /// How long a rebuild may hold the sale's lock before another instance may take over.
@@ -96,9 +96,7 @@ async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
     state.gate.restore_orders(g, &orders).await?;
     let snapshot = state.gate.snapshot(g).await?;
     let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
-    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(|e| {
-        if e.is_not_found() { not_found(g) } else { ApiError::unavailable("stock-service", e) }
-    })?;
+    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(authority_error(g))?;
     let holdback = i64::from(waiting);
     let stock = expected_stock(&authority, in_flight, holdback);
     if state.gate.load(g, stock, Epoch::new(now_ms()), Some(holdback)).await? {
@@ -237,9 +235,7 @@ async fn back_on_sale(state: &AppState, g: GoodsId) {
 pub async fn audit(state: &AppState, g: GoodsId) -> Result<SaleAudit, ApiError> {
     let snapshot = state.gate.snapshot(g).await?;
     let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
-    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(|e| {
-        if e.is_not_found() { not_found(g) } else { ApiError::unavailable("stock-service", e) }
-    })?;
+    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(authority_error(g))?;
     let active_orders = state.orders.count_active(g).await.map_err(unavailable("order-service"))?;
     let (waiting, consumers) = waiting_requests(state).await?;
     let holdback = snapshot.holdback.unwrap_or(0);
@@ -306,8 +302,9 @@ pub async fn audit(state: &AppState, g: GoodsId) -> Result<SaleAudit, ApiError> 
     })
 }
 
-fn not_found(g: GoodsId) -> ApiError {
-    ApiError::new(ErrorCode::GoodsNotFound, format!("no sale with goods id {g}"))
+/// stock-service's answer about a sale: no such goods is a 404, anything else an outage.
+fn authority_error(g: GoodsId) -> impl FnOnce(seckill_infra::upstream::UpstreamError) -> ApiError {
+    move |e| if e.is_not_found() { not_found(g) } else { ApiError::unavailable("stock-service", e) }
 }
 
 /// `GET /api/admin/goods/{goods_id}/audit` (admin only).
@@ -317,7 +314,10 @@ pub async fn audit_route(
     path: web::Path<GoodsId>,
 ) -> Result<actix_web::HttpResponse, ApiError> {
     user.require_admin()?;
-    Ok(actix_web::HttpResponse::Ok().json(audit(&state, *path).await?))
+    // An unknown id is answered from the sale book (and its cache of unknown ids), touching
+    // neither Redis nor stock-service.
+    let sale = state.sales.get(*path).await?;
+    Ok(actix_web::HttpResponse::Ok().json(audit(&state, sale.id()).await?))
 }
 
 /// `POST /api/admin/goods/{goods_id}/repair` (admin only): a recovery under way keeps its

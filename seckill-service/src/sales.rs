@@ -127,6 +127,6 @@ impl SaleBook {
     }
 }
 
-fn not_found(g: GoodsId) -> ApiError {
+pub fn not_found(g: GoodsId) -> ApiError {
     ApiError::new(ErrorCode::GoodsNotFound, format!("no sale with goods id {g}"))
 }
