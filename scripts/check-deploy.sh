@@ -17,6 +17,18 @@
 #      probes, graceful shutdown, security context, autoscalers, PDBs, Services, Ingress,
 #      NetworkPolicies and the per-overlay settings (dev tokens, quorum queues) are checked.
 #      Without kubectl this part is skipped with one line.
+#   4. Credentials (docs/DEPLOY.md, "Secrets and credentials"), in compose and every overlay:
+#      nothing secret is written (no Secret object, no credential in a ConfigMap, env value or
+#      URL, no fallback value for a secret variable, nothing that looks like a key), no
+#      `guest`; each Deployment and compose service holds the keys of its own links only (the
+#      links are read from crates/common/src/trust.rs), receivers from the .accept entries,
+#      init containers none, and reads only its own Secrets; each service's broker user may do
+#      exactly what its code declares, consumes and publishes (the names from AmqpNames), the
+#      same in compose and deploy/k8s/rabbitmq-users.sh; each Redis ACL user runs exactly the
+#      commands of its service and its Lua scripts, on seckill:* only, the same in compose and
+#      gen-secrets.sh; scripts/gen-secrets.sh makes valid, consistent Secrets with every key
+#      the overlays read, and every variable compose reads. `docker compose config` too, where
+#      the Compose v2 plugin is installed.
 #
 # The settings each service accepts are read from the Rust sources (its Settings struct and
 # the section structs), because every struct has deny_unknown_fields: one wrong variable stops
@@ -86,6 +98,20 @@ else
     say "kubectl not found: skipping the Kubernetes checks (install kubectl to run them)"
 fi
 
+# Compose's own reading of the file (interpolation, configs), with fresh credentials: only
+# where the Docker Compose v2 plugin is installed (it needs no engine for this).
+if docker compose version >/dev/null 2>&1; then
+    bash scripts/gen-secrets.sh --env >"$WORK/compose.env"
+    if ! docker compose -f deploy/compose.yaml --env-file "$WORK/compose.env" config -q 2>"$WORK/compose.err"; then
+        say "FAIL: docker compose config:"
+        cat "$WORK/compose.err" >&2
+        exit 1
+    fi
+    say "docker compose config: deploy/compose.yaml is valid with the variables of gen-secrets.sh --env"
+else
+    say "docker compose (v2) not found: skipping \`docker compose config\` (the file is still checked below)"
+fi
+
 exec "$VENV/bin/python" - "$ROOT" "$K8S_VERSION" "${render_args[@]}" <<'PY'
 """The checks of scripts/check-deploy.sh (see there)."""
 
@@ -107,10 +133,10 @@ SERVICES = {  # binary -> standard port
 }
 # What the brief of issue 5 lists; used only if the Rust sources cannot be read.
 FALLBACK_SECTIONS = {
-    "gateway": {"http", "log", "auth", "dev_token", "upstreams", "rate_limit"},
-    "seckill-service": {"http", "log", "redis", "amqp", "upstreams", "seckill"},
-    "order-service": {"http", "log", "database", "redis", "amqp", "upstreams", "order"},
-    "stock-service": {"http", "log", "database"},
+    "gateway": {"http", "log", "auth", "dev_token", "upstreams", "rate_limit", "trust"},
+    "seckill-service": {"http", "log", "redis", "amqp", "upstreams", "seckill", "trust"},
+    "order-service": {"http", "log", "database", "redis", "amqp", "upstreams", "order", "trust"},
+    "stock-service": {"http", "log", "database", "amqp", "trust"},
 }
 PRESTOP_SECS = 5
 DEFAULT_SHUTDOWN_SECS = 20
@@ -131,7 +157,9 @@ def ok(msg):
 # What each service accepts, from its Settings struct.
 
 STRUCT_RE = re.compile(r"pub struct (\w+)\s*\{(.*?)\n\}", re.S)
-FIELD_RE = re.compile(r"^\s*pub\s+(\w+)\s*:\s*([^,]+?)\s*,\s*$", re.M)
+# One field a line; the type may hold commas (BTreeMap<String, String>).
+FIELD_RE = re.compile(r"^\s*pub\s+(\w+)\s*:\s*(.+?)\s*,\s*$", re.M)
+MAP_TYPE = re.compile(r"^(std::collections::)?(BTreeMap|HashMap)<String,\s*String>$")
 ENUM_RE = re.compile(r"pub enum (\w+)\s*\{(.*?)\n\}", re.S)
 
 
@@ -154,7 +182,8 @@ def enums_of(text):
 
 def load_settings():
     """binary -> {section: {key: rust type}}, and the enums (for value checks)."""
-    common = (ROOT / "crates/common/src/config.rs").read_text()
+    # The shared section structs: config.rs, and trust.rs (TrustSettings).
+    common = "\n".join((ROOT / "crates/common/src" / f).read_text() for f in ("config.rs", "trust.rs"))
     accepted, enums = {}, enums_of(common)
     for binary in SERVICES:
         text = (ROOT / binary / "src/configuration.rs").read_text()
@@ -219,10 +248,10 @@ def check_env(where, binary, env):
             fail(where, f"{var}: the services read SECKILL__SECTION__KEY (two underscores)")
             continue
         parts = var[len("SECKILL__"):].lower().split("__")
-        if len(parts) != 2 or not all(parts):
-            fail(where, f"{var}: expected SECKILL__SECTION__KEY")
+        if len(parts) not in (2, 3) or not all(parts):
+            fail(where, f"{var}: expected SECKILL__SECTION__KEY (or SECKILL__SECTION__MAP__KEY)")
             continue
-        section, key = parts
+        section, key = parts[:2]
         if section not in sections:
             fail(where, f"{var}: {binary} has no section `{section}` "
                         f"(it has {', '.join(sorted(sections))}); it would refuse to start")
@@ -234,7 +263,12 @@ def check_env(where, binary, env):
             fail(where, f"{var}: section `{section}` of {binary} has no key `{key}` "
                         f"(it has {', '.join(sorted(fields))}); it would refuse to start")
             continue
-        if value is not None:
+        # A map (trust.send, trust.accept) takes one more level: SECKILL__TRUST__SEND__STOCK.
+        if bool(MAP_TYPE.match(fields[key])) != (len(parts) == 3):
+            fail(where, f"{var}: `{section}.{key}` is {fields[key]}; "
+                        + ("name one entry: SECKILL__SECTION__KEY__ENTRY" if len(parts) == 2 else "it has no entries"))
+            continue
+        if value is not None and len(parts) == 2:
             check_value(where, var, fields[key], value)
 
 
@@ -369,10 +403,415 @@ for binary in SERVICES:
 gw_env = (services.get("gateway") or {}).get("environment") or {}
 if not gw_env.get("SECKILL__AUTH__JWT_SECRET"):
     fail("compose.yaml services.gateway", "SECKILL__AUTH__JWT_SECRET is required")
+else:
+    # The value or the default of `${VAR:-default}`: the gateway refuses a shorter secret.
+    jwt = str(gw_env["SECKILL__AUTH__JWT_SECRET"])
+    m = re.fullmatch(r"\$\{\w+:-(.*)\}", jwt)
+    if len((m.group(1) if m else jwt).encode()) < 32:
+        fail("compose.yaml services.gateway", "SECKILL__AUTH__JWT_SECRET (or its default) is shorter than 32 bytes")
 missing = set(SERVICES) - set(services)
 if missing:
     fail("compose.yaml", f"services missing: {', '.join(sorted(missing))}")
 ok("compose.yaml: parses; images built here or official; health checks; SECKILL__ variables accepted")
+
+# ------------------------------------------------------------------------------------------
+# Credentials (docs/DEPLOY.md, "Secrets and credentials"): nothing secret in any manifest or
+# in compose.yaml; no `guest`; each service holds the keys of its own links only; one broker
+# user and one Redis user per service, allowed only what its code uses; and what
+# scripts/gen-secrets.sh makes fits all of it.
+
+import hashlib
+import json
+import subprocess
+
+PEER = {"gateway": "gateway", "seckill-service": "seckill", "order-service": "order", "stock-service": "stock"}
+BINARY_OF = {p: b for b, p in PEER.items()}
+LINK_SECRET = "seckill-link-keys"
+MIN_KEY_BYTES = 32
+# Used only if the Rust sources cannot be read (the design of issue 10).
+FALLBACK_TRUST = {
+    "gateway": {"send": {"seckill", "order", "stock"}, "accept": set()},
+    "seckill-service": {"send": {"stock", "order", "seckill"}, "accept": {"gateway", "seckill", "stock"}},
+    "order-service": {"send": {"stock", "order"}, "accept": {"gateway", "seckill", "order"}},
+    "stock-service": {"send": {"seckill"}, "accept": {"gateway", "seckill", "order"}},
+}
+def load_trust():
+    """binary -> {"send": peers it signs for, "accept": peers it accepts}: the tables
+    Peer::sends_to and Peer::accepts_from of crates/common/src/trust.rs."""
+    text = (ROOT / "crates/common/src/trust.rs").read_text()
+    tables = {}
+    for fn in ("sends_to", "accepts_from"):
+        m = re.search(rf"fn {fn}\(self\)[^{{]*\{{\s*match self \{{(.*?)\n\s*\}}", text, re.S)
+        if not m:
+            raise ValueError(f"crates/common/src/trust.rs: no Peer::{fn} table")
+        tables[fn] = {p.lower(): {q.lower() for q in re.findall(r"Self::(\w+)", peers)}
+                      for p, peers in re.findall(r"Self::(\w+)\s*=>\s*&\[([^\]]*)\]", m.group(1))}
+    out = {}
+    for binary, me in PEER.items():
+        if me not in tables["sends_to"] or me not in tables["accepts_from"]:
+            raise ValueError(f"crates/common/src/trust.rs: no entry for {me}")
+        out[binary] = {"send": tables["sends_to"][me], "accept": tables["accepts_from"][me]}
+    return out
+
+
+try:
+    TRUST = load_trust()
+except (OSError, ValueError) as e:
+    print(f"check-deploy: note: {e}; using the links of the design", file=sys.stderr)
+    TRUST = FALLBACK_TRUST
+LINKS = sorted({f"{PEER[b]}-{p}" for b, t in TRUST.items() for p in t["send"]}
+               | {f"{p}-{PEER[b]}" for b, t in TRUST.items() for p in t["accept"]})
+for link in LINKS:
+    sender, receiver = link.split("-")
+    if receiver not in TRUST[BINARY_OF[sender]]["send"] or sender not in TRUST[BINARY_OF[receiver]]["accept"]:
+        fail("trust", f"link {link}: {sender} must sign for {receiver} and {receiver} accept {sender} "
+                      "(the services' Trust::new calls disagree)")
+
+
+def wanted_trust_vars(binary):
+    """{variable: link} this service must be given, and nothing else."""
+    me, t = PEER[binary], TRUST[binary]
+    out = {f"SECKILL__TRUST__SEND__{p.upper()}": f"{me}-{p}" for p in t["send"]}
+    out.update({f"SECKILL__TRUST__ACCEPT__{p.upper()}": f"{p}-{me}" for p in t["accept"]})
+    return out
+
+
+def strings_of(node, path=""):
+    """Every (path, string) of a parsed YAML document, keys included."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield f"{path}.{k}", str(k)
+            yield from strings_of(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from strings_of(v, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+GUEST = re.compile(r"guest", re.I)
+# A long run of random-looking characters (letters of both cases and digits): a key or password.
+RANDOM_LOOKING = re.compile(r"(?<![\w+/-])(?=[\w+/-]*[a-z])(?=[\w+/-]*[A-Z])(?=[\w+/-]*\d)[\w+/-]{32,}={0,2}(?![\w+/=-])")
+DEV_MARKER = re.compile(r"dev-only|change-?me|not-for-production|replace[_-]?me", re.I)
+URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^\s:/@]*):([^\s@]*)@")
+# Variables whose value is a credential.
+SECRET_VAR = re.compile(r"JWT_SECRET$|__TRUST__(SEND|ACCEPT)__|(SECRET|PASSWORD|PASSWD)$|(^|_)PASS$"
+                        r"|^REDISCLI_AUTH$|^RABBITMQ_DEFAULT_(USER|PASS)$|^RABBITMQ_ERLANG_COOKIE$")
+# A compose interpolation with no fallback value: ${NAME}, ${NAME:?message}, ${NAME?message}.
+REQUIRED_VAR = re.compile(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)(?::?\?[^}]*)?\}")
+DEFAULTED_VAR = re.compile(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*):?-([^}]*)\}")
+
+
+def scan_literals(where, doc, compose=False):
+    """guest, development markers, credentials in URLs, defaults of secret variables."""
+    for path, text in strings_of(doc):
+        if GUEST.search(text):
+            fail(where, f"{path}: mentions `guest` (no well-known broker user anywhere)")
+        if DEV_MARKER.search(text):
+            fail(where, f"{path}: a development or placeholder credential ({DEV_MARKER.search(text).group(0)!r})")
+        if RANDOM_LOOKING.search(text):
+            fail(where, f"{path}: {RANDOM_LOOKING.search(text).group(0)[:6]}... looks like a key or password")
+        for m in URL_USERINFO.finditer(text):
+            if not compose:
+                fail(where, f"{path}: a URL with a password; URLs with credentials come from a Secret")
+            elif not REQUIRED_VAR.fullmatch(m.group(3)):
+                fail(where, f"{path}: the password of {m.group(1)}://{m.group(2)}:...@ is written out; "
+                            "use ${VARIABLE:?...} from deploy/.env")
+        for m in DEFAULTED_VAR.finditer(text):
+            if re.search(r"SECRET|PASSWORD|PASS$|LINK|KEY|TOKEN", m.group(1)):
+                fail(where, f"{path}: ${{{m.group(1)}}} has a fallback value; a credential has none")
+
+
+def compose_interpolation(value):
+    """The variable of a value that is exactly one required interpolation, else None."""
+    m = REQUIRED_VAR.fullmatch(str(value or ""))
+    return m.group(1) if m else None
+
+
+def env_of(service):
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) if "=" in e else (e, None) for e in env)
+    return env
+
+
+# --- What the services need from RabbitMQ and Redis, read from the code. ---
+
+def amqp_queue_names():
+    """AmqpNames method -> name (empty prefix, as deployed; the order TTL as configured)."""
+    text = (ROOT / "crates/common/src/amqp.rs").read_text()
+    out = {}
+    for name, fmt in re.findall(r"pub fn (\w+)\(&self[^)]*\)\s*->\s*String\s*\{\s*format!\(\s*\"\{\}([^\"]+)\"", text):
+        out[name] = fmt.replace("{ttl_secs}", "1800")
+    if not {"orders_queue", "broadcast_exchange"} <= set(out):
+        raise ValueError("crates/common/src/amqp.rs: AmqpNames methods not found")
+    return out
+
+
+def service_text(binary):
+    return "\n".join(f.read_text() for f in sorted((ROOT / binary / "src").rglob("*.rs")))
+
+
+RETRY = ".retry.5000ms"  # any delay: the permissions take \d+ms
+
+
+def amqp_needs(binary, names):
+    """{(permission, resource)} the service's broker user must have, from what its code declares,
+    consumes and publishes (crates/infra/src/amqp.rs and consumer.rs say what each needs)."""
+    text = service_text(binary)
+    need = set()
+
+    def work_queue(q):  # the queue, its .dead and .retry; the two that dead-letter need read
+        need.update({("configure", q), ("configure", q + ".dead"), ("configure", q + RETRY),
+                     ("read", q), ("read", q + RETRY), ("write", "amq.default")})
+
+    for m in re.findall(r"Declare::WorkQueue\(\s*names\.(\w+)\(\)\s*\)", text):
+        work_queue(names[m])
+    if "Declare::OrderDelay" in text:
+        work_queue(names["order_expire_queue"])
+        delay = names["order_delay_queue"]
+        need.update({("configure", delay), ("read", delay), ("write", "amq.default")})
+    if "Declare::Broadcast" in text:
+        need.add(("configure", names["broadcast_exchange"]))
+    for m in re.findall(r"Source::Queue\(\s*names\.(\w+)\(\)\s*\)", text):
+        need.update({("read", names[m]), ("write", "amq.default")})  # consume; retries go back
+    for m in re.findall(r"Source::Fanout\(\s*names\.(\w+)\(\)\s*\)", text):
+        gen = "amq.gen-JhKz9bX0cQw"  # an exclusive, server-named queue bound to the exchange
+        need.update({("configure", gen), ("write", gen), ("read", gen), ("read", names[m])})
+    if re.search(r"\.publish\(\s*Peer::", text):
+        need.add(("write", "amq.default"))
+    for m in re.findall(r"\.publish_to\(\s*Peer::\w+\s*,\s*&[\w.]*names\.(\w+)\(\)", text):
+        need.add(("write", names[m]))
+    return need
+
+
+def amqp_universe(names):
+    res = {"amq.default", "amq.gen-JhKz9bX0cQw", "amq.topic", "evil", "seckill.evil"}
+    for method, name in names.items():
+        res.add(name)
+        if method.endswith("_queue") and "delay" not in method:
+            res.update({name + ".dead", name + RETRY})
+    # Look-alikes catch a pattern that is not anchored (RabbitMQ searches, it does not match).
+    res |= {"x" + r for r in res} | {r + ".x" for r in res if not r.startswith("amq.gen-")}
+    return {(p, r) for p in ("configure", "write", "read") for r in res}
+
+
+def check_permissions(where, user, perm, needs, universe):
+    """RabbitMQ matches each pattern unanchored (re:run): so does re.search."""
+    for kind, resource in sorted(universe):
+        try:
+            allowed = re.search(perm.get(kind, "^$"), resource) is not None
+        except re.error as e:
+            fail(where, f"user {user}: {kind} pattern is not a regular expression: {e}")
+            return
+        if (kind, resource) in needs and not allowed:
+            fail(where, f"user {user} needs {kind} on {resource!r} and {perm[kind]!r} refuses it")
+        elif (kind, resource) not in needs and allowed:
+            fail(where, f"user {user} may {kind} {resource!r}, which its service does not use")
+
+
+def redis_needs(binary):
+    """Redis commands the service runs: its Lua scripts' calls (Redis checks each) and its own."""
+    scripts_rs = (ROOT / "crates/common/src/scripts.rs").read_text()
+    calls = {name: {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", body)}
+             for name, body in re.findall(r'pub const (\w+): &str = r#*"(.*?)"#*;', scripts_rs, re.S)}
+    fields = dict(re.findall(r"(\w+): Script::new\(scripts::(\w+)\)", (ROOT / "crates/infra/src/redis.rs").read_text()))
+    used = set(re.findall(r"\.scripts\s*\.\s*(\w+)\b(?!\s*\()", service_text(binary)))
+    need = {"ping", "script|load", "evalsha"}  # readiness; scripts are loaded, then run by hash
+    for f in used:
+        if f not in fields or fields[f] not in calls:
+            fail("redis", f"{binary} uses script `{f}`, not found in crates/infra/src/redis.rs / scripts.rs")
+            continue
+        need |= calls[fields[f]]
+    # What the service sends itself, outside scripts (seckill-service/src/gate.rs).
+    need |= {"seckill-service": {"get", "set", "del", "exists", "zrem", "zrangebyscore", "hsetnx"}}.get(binary, set())
+    return need
+
+
+def parse_acl(where, text):
+    users = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if parts[0] != "user" or len(parts) < 2:
+            fail(where, f"not an ACL user line: {line[:40]!r}")
+            continue
+        users[parts[1]] = parts[2:]
+    return users
+
+
+def acl_password(rules):
+    return [r for r in rules if r[:1] in (">", "#")]
+
+
+def check_acl(where, users):
+    if set(users) != {"default"} | {PEER[b] for b in SERVICES if "redis" in ACCEPTED[b]}:
+        fail(where, f"users {sorted(users)}: expected default and one per service with a redis section")
+    d = users.get("default", [])
+    if "nopass" in d or ("off" not in d and len(acl_password(d)) != 1):
+        fail(where, "the default user must be off or have one password (not nopass)")
+    for b in SERVICES:
+        if "redis" not in ACCEPTED[b]:
+            continue
+        user, rules = PEER[b], users.get(PEER[b], [])
+        if len(acl_password(rules)) != 1 or "nopass" in rules or "on" not in rules:
+            fail(where, f"user {user}: needs `on` and exactly one password")
+        keys = [r for r in rules if r.startswith(("~", "%")) or r in ("allkeys",)]
+        if keys != ["~seckill:*"]:
+            fail(where, f"user {user}: keys {keys}, expected only ~seckill:*")
+        if "resetchannels" not in rules or any(r.startswith("&") or r == "allchannels" for r in rules):
+            fail(where, f"user {user}: no pub/sub channels (resetchannels)")
+        cmds = [r for r in rules if r[:1] in "+-" or r in ("allcommands", "nocommands")]
+        if not cmds or cmds[0] != "-@all" or any(r.startswith("+@") or r == "allcommands" for r in cmds):
+            fail(where, f"user {user}: start from -@all and allow single commands, no categories")
+        have = {r[1:].lower() for r in cmds if r.startswith("+")}
+        need = redis_needs(b)
+        if need - have:
+            fail(where, f"user {user} lacks {sorted(need - have)}, which {b} runs")
+        if have - need:
+            fail(where, f"user {user} may run {sorted(have - need)}, which {b} does not")
+
+
+def acl_without_passwords(users):
+    return {u: [r for r in rules if r[:1] not in (">", "#")] for u, rules in users.items()}
+
+
+try:
+    AMQP_NAMES = amqp_queue_names()
+except (OSError, ValueError) as e:
+    fail("amqp", str(e))
+    AMQP_NAMES = {}
+AMQP_UNIVERSE = amqp_universe(AMQP_NAMES)
+AMQP_NEEDS = {b: amqp_needs(b, AMQP_NAMES) for b in AMQP_SERVICES} if AMQP_NAMES else {}
+
+# --- compose ---
+
+where = "compose.yaml"
+scan_literals(where, {k: v for k, v in (compose or {}).items() if k != "configs"}, compose=True)
+compose_configs = (compose or {}).get("configs") or {}
+for name, cfg in compose_configs.items():
+    content = str((cfg or {}).get("content", ""))
+    if GUEST.search(content):
+        fail(f"{where} configs.{name}", "mentions `guest`")
+    if DEV_MARKER.search(content):
+        fail(f"{where} configs.{name}", "holds a development or placeholder credential")
+    if "SECKILL_LINK_" in content or "JWT" in content:
+        fail(f"{where} configs.{name}", "a server's configuration holds a link key or the JWT secret")
+compose_vars = set(REQUIRED_VAR.findall(COMPOSE.read_text()))
+for name, svc in services.items():
+    sw = f"{where} services.{name}"
+    env = env_of(svc)
+    for var, value in env.items():
+        if SECRET_VAR.search(var) and not compose_interpolation(value):
+            fail(sw, f"{var} must be exactly ${{VARIABLE:?...}} from deploy/.env, not a written value")
+        for m in re.finditer(r"SECKILL_LINK_([A-Z]+)_([A-Z]+)", str(value)):
+            link = f"{m.group(1).lower()}-{m.group(2).lower()}"
+            if PEER.get(name) not in link.split("-"):
+                fail(sw, f"{var} gets the key of link {link}, which is not one of {name}'s links")
+    if name in SERVICES:
+        want = wanted_trust_vars(name)
+        have = {v for v in env if v.startswith("SECKILL__TRUST__")}
+        for var in sorted(set(want) - have):
+            fail(sw, f"{var} is missing (link {want[var]}); the service would refuse to start")
+        for var in sorted(have - set(want)):
+            fail(sw, f"{var}: not a key of {name}'s own links")
+        for var in sorted(set(want) & have):
+            link = want[var]
+            expected = "SECKILL_LINK_" + link.upper().replace("-", "_")
+            if compose_interpolation(env[var]) != expected:
+                fail(sw, f"{var} must be ${{{expected}:?...}} (link {link})")
+        if "amqp" in ACCEPTED[name]:
+            url = str(env.get("SECKILL__AMQP__URL", ""))
+            user = PEER[name]
+            if not re.fullmatch(rf"amqp://{user}:\$\{{SECKILL_AMQP_PASSWORD_{user.upper()}(:?\?[^}}]*)?\}}@rabbitmq:5672/%2f", url):
+                fail(sw, f"SECKILL__AMQP__URL must log in as {user} with ${{SECKILL_AMQP_PASSWORD_{user.upper()}:?...}}")
+            if "SECKILL__AMQP__PREFIX" in env:
+                fail(sw, "SECKILL__AMQP__PREFIX: the broker users' permissions are for the unprefixed names")
+        if "redis" in ACCEPTED[name]:
+            url = str(env.get("SECKILL__REDIS__URL", ""))
+            user = PEER[name]
+            if not re.fullmatch(rf"redis://{user}:\$\{{SECKILL_REDIS_PASSWORD_{user.upper()}(:?\?[^}}]*)?\}}@redis:6379/?", url):
+                fail(sw, f"SECKILL__REDIS__URL must log in as {user} with ${{SECKILL_REDIS_PASSWORD_{user.upper()}:?...}}")
+            if "SECKILL__REDIS__PREFIX" in env:
+                fail(sw, "SECKILL__REDIS__PREFIX: the Redis users may touch seckill:* keys only")
+
+
+def mounted_config(server, config):
+    for c in (services.get(server) or {}).get("configs") or []:
+        if isinstance(c, dict) and c.get("source") == config:
+            return c.get("target")
+    return None
+
+
+# Redis: the ACL file, mounted and loaded; the default user guarded.
+acl_target = mounted_config("redis", "redis-acl")
+redis_cmd = (services.get("redis") or {}).get("command") or []
+if not acl_target or "--aclfile" not in redis_cmd or redis_cmd[redis_cmd.index("--aclfile") + 1] != acl_target:
+    fail(f"{where} services.redis", "must run with --aclfile pointing at the mounted configs.redis-acl")
+# The interpolations' messages hold spaces: ${VAR:?message} counts as ${VAR}.
+COMPOSE_ACL = parse_acl(f"{where} configs.redis-acl", REQUIRED_VAR.sub(
+    lambda m: "${" + m.group(1) + "}", str((compose_configs.get("redis-acl") or {}).get("content", ""))))
+check_acl(f"{where} configs.redis-acl", COMPOSE_ACL)
+for user, rules in COMPOSE_ACL.items():
+    pw = acl_password(rules)
+    if pw != [">${SECKILL_REDIS_PASSWORD_" + ("ADMIN" if user == "default" else user.upper()) + "}"]:
+        fail(f"{where} configs.redis-acl", f"user {user}: the password must be ${{SECKILL_REDIS_PASSWORD_...:?...}}")
+if not compose_interpolation(env_of(services.get("redis") or {}).get("REDISCLI_AUTH")):
+    fail(f"{where} services.redis", "REDISCLI_AUTH (the health check's login) must come from deploy/.env")
+
+# RabbitMQ: the definitions, mounted and loaded at start; no guest; one user per service.
+defs_target = mounted_config("rabbitmq", "rabbitmq-definitions")
+conf_target = mounted_config("rabbitmq", "rabbitmq-conf")
+conf_text = str((compose_configs.get("rabbitmq-conf") or {}).get("content", ""))
+if not defs_target or not conf_target or not conf_target.startswith("/etc/rabbitmq/conf.d/") \
+        or not re.search(rf"^load_definitions\s*=\s*{re.escape(defs_target or '-')}\s*$", conf_text, re.M):
+    fail(f"{where} services.rabbitmq", "must mount configs.rabbitmq-conf in /etc/rabbitmq/conf.d/ "
+                                       "with load_definitions = the mounted configs.rabbitmq-definitions")
+COMPOSE_PERMS = {}
+try:
+    raw = str((compose_configs.get("rabbitmq-definitions") or {}).get("content", ""))
+    defs = json.loads(REQUIRED_VAR.sub(lambda m: "VAR:" + m.group(1), raw.replace("$$", "$")))
+    users = {u["name"]: u for u in defs.get("users", [])}
+    if set(users) != {"admin"} | {PEER[b] for b in AMQP_SERVICES}:
+        fail(f"{where} configs.rabbitmq-definitions", f"users {sorted(users)}: expected admin and one per service with an amqp section")
+    for name, u in users.items():
+        if u.get("password") != f"VAR:SECKILL_AMQP_PASSWORD_{name.upper()}" or "password_hash" in u:
+            fail(f"{where} configs.rabbitmq-definitions", f"user {name}: password must be ${{SECKILL_AMQP_PASSWORD_{name.upper()}:?...}}")
+        if name != "admin" and u.get("tags"):
+            fail(f"{where} configs.rabbitmq-definitions", f"user {name}: a service's user has no tags (no management access)")
+    for perm in defs.get("permissions", []):
+        if perm.get("vhost") != "/":
+            fail(f"{where} configs.rabbitmq-definitions", f"user {perm.get('user')}: vhost must be / (the services' %2f)")
+        if perm.get("user") != "admin":
+            COMPOSE_PERMS[perm["user"]] = {k: perm.get(k) for k in ("configure", "write", "read")}
+    for b in AMQP_SERVICES:
+        if PEER[b] not in COMPOSE_PERMS:
+            fail(f"{where} configs.rabbitmq-definitions", f"no permissions for user {PEER[b]}")
+        elif b in AMQP_NEEDS:
+            check_permissions(f"{where} configs.rabbitmq-definitions", PEER[b], COMPOSE_PERMS[PEER[b]],
+                              AMQP_NEEDS[b], AMQP_UNIVERSE)
+except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    fail(f"{where} configs.rabbitmq-definitions", f"not a definitions document: {e}")
+
+# The Kubernetes broker users (deploy/k8s/rabbitmq-users.sh) are the same.
+USERS_SH = ROOT / "deploy/k8s/rabbitmq-users.sh"
+try:
+    sh = USERS_SH.read_text()
+    block = re.search(r"cat <<'JSON'\n(.*?)\nJSON\n", sh, re.S).group(1)
+    sh_perms = {p["user"]: {k: p[k] for k in ("configure", "write", "read")} for p in json.loads(f"[{block}]")}
+    keda = json.loads(re.search(r"^KEDA_PERMISSIONS='(.*)'$", sh, re.M).group(1))
+    if sh_perms != COMPOSE_PERMS:
+        fail("deploy/k8s/rabbitmq-users.sh", "its permissions differ from deploy/compose.yaml's")
+    if keda.get("user") != "keda" or any(keda.get(k) != "^$" for k in ("configure", "write", "read")):
+        fail("deploy/k8s/rabbitmq-users.sh", "the keda user may do nothing but count (^$ everywhere)")
+    check_permissions("deploy/k8s/rabbitmq-users.sh", "keda", keda, set(), AMQP_UNIVERSE)
+except (OSError, AttributeError, json.JSONDecodeError, KeyError) as e:
+    fail("deploy/k8s/rabbitmq-users.sh", f"cannot read its permissions: {e}")
+ok("compose.yaml: no written credential, no guest; each service its own link keys, broker "
+   "user and Redis user, each allowed only what its code uses")
+
 
 # ------------------------------------------------------------------------------------------
 # Kubernetes
@@ -763,24 +1202,233 @@ used_by_overlay = {}
 for ov, path in RENDERED.items():
     used_by_overlay[ov] = check_overlay(ov, path)
 
-# The prod Secret template: valid, and it has every key the prod overlay reads.
-example = ROOT / "deploy/k8s/overlays/prod/secrets.example.yaml"
-if "prod" in used_by_overlay:
+# --- Kubernetes ---
+
+# Who may read which Secret; any other reference fails.
+SECRET_READERS = {
+    "gateway-auth": {"Deployment/gateway"},
+    LINK_SECRET: {f"Deployment/{b}" for b in SERVICES},
+    **{f"{b}-urls": {f"Deployment/{b}"} for b in SERVICES if b != "gateway"},
+    "seckill-pg-credentials": {"Cluster/seckill-pg"},
+    "seckill-redis-acl": {"StatefulSet/seckill-redis"},
+    "keda-rabbitmq": {"TriggerAuthentication/order-service-rabbitmq"},
+}
+# Secrets of SECRET_READERS made by something else than scripts/gen-secrets.sh (cert-manager,
+# an operator): their readers are checked, their keys are not expected from gen-secrets.sh.
+MADE_ELSEWHERE = set()
+POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet", "Pod", "CronJob"}
+
+
+def pod_spec(d):
+    if d["kind"] == "Pod":
+        return d.get("spec") or {}
+    if d["kind"] == "CronJob":
+        return d["spec"]["jobTemplate"]["spec"]["template"].get("spec") or {}
+    return ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def secret_reads(d):
+    """(container or None, init?, variable or None, secret, key or None) for each read of a Secret."""
+    spec = pod_spec(d)
+    for init, cs in ((True, spec.get("initContainers") or []), (False, spec.get("containers") or [])):
+        for c in cs:
+            for e in c.get("env") or []:
+                ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    # An optional key (absent but during a rotation) is not one to generate.
+                    yield c["name"], init, e["name"], ref["name"], None if ref.get("optional") else ref.get("key")
+            for src in c.get("envFrom") or []:
+                if "secretRef" in src:
+                    yield c["name"], init, None, src["secretRef"]["name"], None
+    for v in spec.get("volumes") or []:
+        sources = [v["secret"]] if "secret" in v else [s["secret"] for s in (v.get("projected") or {}).get("sources") or [] if "secret" in s]
+        for s in sources:
+            keys = [i["key"] for i in s.get("items") or []] or [None]
+            for k in keys:
+                yield None, False, None, s.get("secretName") or s.get("name"), k
+
+
+def check_overlay_credentials(ov, path):
+    """Returns {secret: {keys}} the overlay reads (for the gen-secrets check)."""
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    reads = {}
+    for d in docs:
+        ident = f"{d['kind']}/{d['metadata']['name']}"
+        where = f"{ov}: {ident}"
+        scan_literals(where, d)
+        if d["kind"] == "Secret":
+            fail(where, "a Secret in the manifests; Secrets are made by scripts/gen-secrets.sh and never committed")
+        if d["kind"] == "ConfigMap":
+            for var in (d.get("data") or {}):
+                if SECRET_VAR.search(var):
+                    fail(where, f"{var} is a credential: it belongs in a Secret, not a ConfigMap")
+                if var in ("SECKILL__AMQP__PREFIX", "SECKILL__REDIS__PREFIX"):
+                    fail(where, f"{var}: the broker and Redis users are for the unprefixed names")
+        if d["kind"] == "RabbitmqCluster":
+            conf = str(((d.get("spec") or {}).get("rabbitmq") or {}).get("additionalConfig", ""))
+            if re.search(r"^\s*(default_user|default_pass|default_users\.)", conf, re.M):
+                fail(where, "additionalConfig sets a default user; the operator generates it, the services have their own")
+        found = []
+        if d["kind"] in POD_KINDS:
+            found = list(secret_reads(d))
+        elif d["kind"] == "TriggerAuthentication":
+            found = [(None, False, None, r["name"], r["key"]) for r in d["spec"].get("secretTargetRef") or []]
+        elif d["kind"] == "Cluster":
+            s = (((d.get("spec") or {}).get("bootstrap") or {}).get("initdb") or {}).get("secret")
+            if s:
+                found = [(None, False, None, s["name"], "username"), (None, False, None, s["name"], "password")]
+        for container, init, var, secret, key in found:
+            if ident not in SECRET_READERS.get(secret, set()):
+                fail(where, f"reads Secret {secret}, which is not for it "
+                            f"(readers: {', '.join(sorted(SECRET_READERS.get(secret, []))) or 'none: unknown Secret'})")
+            if key is None and var is None:
+                fail(where, f"takes Secret {secret} whole; take single keys (secretKeyRef or items)")
+            elif key is not None:
+                reads.setdefault(secret, set()).add(key)
+        if d["kind"] != "Deployment" or d["metadata"]["name"] not in SERVICES:
+            continue
+        binary = d["metadata"]["name"]
+        me = PEER[binary]
+        want = wanted_trust_vars(binary)
+        got = {}
+        for container, init, var, secret, key in found:
+            if secret != LINK_SECRET:
+                continue
+            link = (key or "").removesuffix(".accept")
+            if me not in link.split("-"):
+                fail(where, f"{var or 'a volume'} gets the key of link {link}, which is not one of {binary}'s links")
+                continue
+            if init:
+                fail(where, f"init container {container}: needs no link key (it only migrates)")
+                continue
+            if var not in want or want[var] != link:
+                fail(where, f"{var}: Secret key {key} is the link {link}, not this variable's")
+                continue
+            expected_key = link + (".accept" if "__ACCEPT__" in var else "")
+            if key != expected_key:
+                fail(where, f"{var} must read {expected_key} (receivers read the .accept list, for rotation)")
+            got[var] = key
+        for c in pod_spec(d).get("initContainers", []) + pod_spec(d).get("containers", []):
+            for e in c.get("env") or []:
+                if SECRET_VAR.search(e["name"]) and "valueFrom" not in e:
+                    fail(where, f"{e['name']} is written in the manifest; it comes from a Secret")
+        for var in sorted(set(want) - set(got)):
+            fail(where, f"{var} is missing (link {want[var]}); the service would refuse to start")
+    return reads
+
+
+def check_generated_secrets(reads_by_overlay):
+    """scripts/gen-secrets.sh: valid Secrets, every key the overlays read, consistent values."""
     import kubernetes_validate
 
-    have = {}
-    for d in yaml.safe_load_all(example.read_text()):
+    where = "scripts/gen-secrets.sh --k8s"
+    try:
+        out = subprocess.run(["bash", str(ROOT / "scripts/gen-secrets.sh"), "--k8s", "--namespace", "seckill"],
+                             capture_output=True, text=True, check=True).stdout
+        again = subprocess.run(["bash", str(ROOT / "scripts/gen-secrets.sh"), "--k8s"],
+                               capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError as e:
+        fail(where, f"exit {e.returncode}: {e.stderr.strip()[:300]}")
+        return
+    docs = {}
+    for d in yaml.safe_load_all(out):
         if not d:
             continue
         try:
             kubernetes_validate.validate(d, K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as e:
-            fail("overlays/prod/secrets.example.yaml", e.message)
-        have[d["metadata"]["name"]] = set((d.get("stringData") or {}) | (d.get("data") or {}))
-    for name, keys in used_by_overlay["prod"].items():
-        if not keys <= have.get(name, set()):
-            fail("overlays/prod/secrets.example.yaml", f"Secret {name} lacks {sorted(keys - have.get(name, set()))}")
-    ok("overlays/prod/secrets.example.yaml has every Secret key prod reads")
+            fail(where, f"Secret {d.get('metadata', {}).get('name')}: {e.message}")
+        docs[d["metadata"]["name"]] = d.get("stringData") or {}
+    if out == again or not docs:
+        fail(where, "two runs gave the same output")
+    for ov, reads in reads_by_overlay.items():
+        for secret, keys in reads.items():
+            if secret in MADE_ELSEWHERE:
+                continue
+            missing = keys - set(docs.get(secret, {}))
+            if missing:
+                fail(where, f"{ov} reads Secret {secret} keys {sorted(missing)}, which it does not make")
+    links = docs.get(LINK_SECRET, {})
+    values = []
+    for link in LINKS:
+        k, acc = links.get(link, ""), links.get(link + ".accept")
+        if len(k.encode()) < MIN_KEY_BYTES or "," in k:
+            fail(where, f"link key {link}: at least {MIN_KEY_BYTES} bytes and no comma")
+        if acc != k:
+            fail(where, f"{link}.accept must start equal to {link}")
+        values.append(k)
+    if set(links) != set(LINKS) | {f"{l}.accept" for l in LINKS}:
+        fail(where, f"{LINK_SECRET} keys differ from the links {LINKS}")
+    jwt = docs.get("gateway-auth", {}).get("jwt-secret", "")
+    if len(jwt.encode()) < MIN_KEY_BYTES:
+        fail(where, "jwt-secret shorter than 32 bytes")
+    if len(set(values + [jwt])) != len(values) + 1:
+        fail(where, "two keys are equal")
+    acl = parse_acl(f"{where} seckill-redis-acl", docs.get("seckill-redis-acl", {}).get("users.acl", ""))
+    check_acl(f"{where} seckill-redis-acl", acl)
+    if acl_without_passwords(acl) != acl_without_passwords(COMPOSE_ACL):
+        fail(where, "the Redis users differ from deploy/compose.yaml's configs.redis-acl")
+
+    def hashed(user, password):
+        pw = acl_password(acl.get(user, []))
+        return pw == ["#" + hashlib.sha256(password.encode()).hexdigest()]
+
+    if not hashed("default", docs.get("seckill-redis-acl", {}).get("admin-password", "")):
+        fail(where, "admin-password does not match the default user's hash")
+    pg = docs.get("seckill-pg-credentials", {})
+    for b in SERVICES:
+        urls = docs.get(f"{b}-urls", {})
+        user = PEER[b]
+        if "amqp" in ACCEPTED[b]:
+            m = re.fullmatch(r"amqp://([^:@]+):([^@]+)@seckill-rabbitmq:5672/%2f", urls.get("amqp-url", ""))
+            if not m or m.group(1) != user or len(m.group(2)) < 32:
+                fail(where, f"{b}-urls amqp-url must log in as {user} with a long random password")
+        if "redis" in ACCEPTED[b]:
+            m = re.fullmatch(r"redis://([^:@]+):([^@]+)@[\w.-]+:\d+", urls.get("redis-url", ""))
+            if not m or m.group(1) != user or not hashed(user, m.group(2)):
+                fail(where, f"{b}-urls redis-url must log in as {user} with the password of its ACL user")
+        if "database" in ACCEPTED[b]:
+            m = re.fullmatch(r"postgres://([^:@]+):([^@]+)@seckill-pg-rw:5432/(\w+)", urls.get("database-url", ""))
+            if not m or (m.group(1), m.group(2)) != (pg.get("username"), pg.get("password")):
+                fail(where, f"{b}-urls database-url must use the role of seckill-pg-credentials")
+    m = re.fullmatch(r"amqp://keda:([^@]+)@seckill-rabbitmq:5672/%2f", docs.get("keda-rabbitmq", {}).get("host", ""))
+    if not m:
+        fail(where, "keda-rabbitmq host must log in as keda")
+    ok(f"{where}: {len(docs)} valid Secrets with every key the overlays read; "
+       f"{len(LINKS)} link keys, users and passwords consistent")
+
+
+def check_generated_env():
+    where = "scripts/gen-secrets.sh --env"
+    try:
+        out = subprocess.run(["bash", str(ROOT / "scripts/gen-secrets.sh"), "--env"],
+                             capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError as e:
+        fail(where, f"exit {e.returncode}: {e.stderr.strip()[:300]}")
+        return
+    env = dict(line.split("=", 1) for line in out.splitlines() if line and not line.startswith("#"))
+    for var in sorted(compose_vars - set(env)):
+        fail(where, f"does not set {var}, which deploy/compose.yaml needs")
+    for var, value in env.items():
+        if "$" in value or " " in value or not value:
+            fail(where, f"{var}: empty, or a character compose would interpolate")
+        if var.startswith(("SECKILL_LINK_", "SECKILL_JWT")) and len(value.encode()) < MIN_KEY_BYTES:
+            fail(where, f"{var}: shorter than {MIN_KEY_BYTES} bytes")
+    links = {f"SECKILL_LINK_{l.upper().replace('-', '_')}" for l in LINKS}
+    if {v for v in env if v.startswith("SECKILL_LINK_")} != links:
+        fail(where, f"the link keys differ from the links {LINKS}")
+    ok(f"{where}: sets every variable deploy/compose.yaml reads ({len(compose_vars)})")
+
+
+reads_by_overlay = {}
+for ov, path in RENDERED.items():
+    reads_by_overlay[ov] = check_overlay_credentials(ov, path)
+    ok(f"overlay {ov}: no Secret or written credential, no guest; each Deployment reads its own "
+       "Secrets and only the keys of its own links")
+if RENDERED:
+    check_generated_secrets(reads_by_overlay)
+check_generated_env()
+
 
 if errors:
     for e in errors:

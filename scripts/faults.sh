@@ -25,15 +25,16 @@
 # persistence) and RabbitMQ (a second node, seckill-faults@localhost, AMQP 55672, its own
 # Erlang cookie), all in run/faults/ (gitignored), because it restarts them, FLUSHALLs Redis and
 # kills connections; and the driver starts the four release binaries on 58080-58083 (gateway,
-# seckill-, order-, stock-service) from run/faults/, where no config/ directory is read. At the
-# end (trap) everything is stopped, the logs are kept in run/faults-logs/ and run/faults/ is
-# removed.
+# seckill-, order-, stock-service; the gateway's admin listener on 58084) from run/faults/,
+# where no config/ directory is read. At the end (trap) everything is stopped, the logs are
+# kept in run/faults-logs/ and run/faults/ is removed.
 #
 # Environment: FAULTS_PG_PORT (55432), FAULTS_REDIS_PORT (56379), FAULTS_AMQP_PORT (55672),
 # FAULTS_RABBITMQ_DIST_PORT (55682; rabbitmqctl uses the ten ports after it), FAULTS_HTTP_PORT
-# (58080: the gateway, the next three the other services); FAULTS_BIN_DIR: use the binaries
-# already built there instead of cargo build --release. Exits non-zero when a case broke an
-# invariant (each violation is named in the output) or the suite could not run.
+# (58080: the gateway, the next three the other services, then the gateway's admin listener);
+# FAULTS_BIN_DIR: use the binaries already built there instead of cargo build --release. Exits
+# non-zero when a case broke an invariant (each violation is named in the output) or the suite
+# could not run.
 # shellcheck disable=SC2317 # functions run through trap and _seckill_wait_for look unreachable
 set -euo pipefail
 
@@ -377,7 +378,7 @@ port_free "$FAULTS_PG_PORT" "private PostgreSQL, FAULTS_PG_PORT"
 port_free "$FAULTS_REDIS_PORT" "private Redis, FAULTS_REDIS_PORT"
 port_free "$FAULTS_AMQP_PORT" "private RabbitMQ, FAULTS_AMQP_PORT"
 port_free "$FAULTS_RABBITMQ_DIST_PORT" "private RabbitMQ distribution, FAULTS_RABBITMQ_DIST_PORT"
-for i in 0 1 2 3; do port_free $((FAULTS_HTTP_PORT + i)) "services, FAULTS_HTTP_PORT"; done
+for i in 0 1 2 3 4; do port_free $((FAULTS_HTTP_PORT + i)) "services, FAULTS_HTTP_PORT"; done
 
 binaries
 "$BENCH" faults --list "$@" >/dev/null || die "see above: nothing was started"

@@ -28,7 +28,7 @@ declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=
 # The config sections each binary accepts. Every settings struct denies unknown fields, so a
 # SECKILL__<SECTION>__* variable may only reach a service that has that section.
 declare -A SECTIONS=(
-    [gateway]="http log auth dev_token upstreams rate_limit"
+    [gateway]="http log auth dev_token upstreams rate_limit admin"
     [seckill-service]="http log redis amqp upstreams seckill"
     [order-service]="http log database redis amqp upstreams order"
     [stock-service]="http log database amqp"

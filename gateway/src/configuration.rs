@@ -1,5 +1,5 @@
 //! The gateway's settings: the shared sections from `seckill_common::config` plus its own
-//! (`dev_token`, `rate_limit`), loaded in layers and checked once at start, so a bad value stops
+//! (`dev_token`, `rate_limit`, `admin`), loaded in layers and checked once at start, so a bad value stops
 //! the process with the key named instead of failing on the first request.
 
 use std::num::NonZeroU32;
@@ -8,7 +8,10 @@ use std::time::Duration;
 use seckill_common::config::{
     self, AuthSettings, ConfigError, HttpSettings, LogSettings, UpstreamSettings, split_urls,
 };
+use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
+
+use crate::auth::MAX_LEEWAY_SECS;
 
 /// Everything the gateway reads from `config/gateway.toml` and `SECKILL__*`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -20,6 +23,9 @@ pub struct Settings {
     pub dev_token: DevTokenSettings,
     pub upstreams: UpstreamSettings,
     pub rate_limit: RateLimitSettings,
+    pub admin: AdminSettings,
+    /// The keys the gateway signs the forwarded identity with, one per service.
+    pub trust: TrustSettings,
 }
 
 /// `dev_token.*`: tokens minted by `POST /api/auth/dev-token` (only when `auth.dev_tokens`).
@@ -38,7 +44,7 @@ impl Default for DevTokenSettings {
 }
 
 /// `rate_limit.*`: per-user limit on the `/api/seckill/...` routes, the ones a buyer hammers
-/// during a sale.
+/// during a sale, and per-address limit on the routes anyone may call without a token.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitSettings {
@@ -46,21 +52,56 @@ pub struct RateLimitSettings {
     pub per_user_per_sec: u32,
     /// Requests one user may make at once before the sustained rate applies.
     pub burst: u32,
-    /// How often users idle long enough to be back at a full bucket are forgotten.
+    /// Sustained requests per second one client address may make to the anonymous routes
+    /// (`GET /api/goods[/{id}]`, `POST /api/auth/dev-token`). Generous: clients behind one NAT
+    /// share it.
+    pub anonymous_per_sec: u32,
+    /// Anonymous requests one address may make at once before the sustained rate applies.
+    pub anonymous_burst: u32,
+    /// Proxies in front of the gateway that append the address they received a request from
+    /// to `X-Forwarded-For` (an Ingress controller: 1). 0 keys the anonymous limit by the
+    /// connection's peer; N by the N-th address from the right of that header, the one the
+    /// outermost trusted proxy saw (what a client writes there itself lies further left).
+    pub trusted_proxy_hops: u8,
+    /// How often users and addresses idle long enough to be back at a full bucket are forgotten.
     pub cleanup_interval_secs: u64,
 }
 
 impl Default for RateLimitSettings {
     fn default() -> Self {
-        Self { per_user_per_sec: 20, burst: 40, cleanup_interval_secs: 60 }
+        Self {
+            per_user_per_sec: 20,
+            burst: 40,
+            anonymous_per_sec: 50,
+            anonymous_burst: 100,
+            trusted_proxy_hops: 0,
+            cleanup_interval_secs: 60,
+        }
     }
 }
+
+/// `admin.*`: the listener for `GET /metrics` and the detailed `GET /readyz`, which the public
+/// port does not serve. Keep it off the public network (no Ingress, no public Service).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminSettings {
+    /// Default: `http.host`.
+    pub host: Option<String>,
+    /// Default: 9080, or 0 (any free port) when `http.port` is 0, as in tests.
+    pub port: Option<u16>,
+}
+
+/// The admin listener's standard port.
+pub const ADMIN_STANDARD_PORT: u16 = 9080;
 
 impl RateLimitSettings {
     pub fn cleanup_interval(&self) -> Duration {
         Duration::from_secs(self.cleanup_interval_secs)
     }
 }
+
+/// Shortest `auth.jwt_secret` accepted: HS256's key should be at least as long as its hash.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
 
 /// What `Settings::validate` hands on once it has checked the fields that may be absent.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +121,36 @@ impl Settings {
     /// Fails on the first unusable value, naming its key and environment variable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.jwt_secret()?;
+        if let Some(previous) = &self.auth.jwt_previous_secret
+            && previous.len() < MIN_JWT_SECRET_BYTES
+        {
+            return Err(ConfigError::invalid(
+                "auth.jwt_previous_secret",
+                "SECKILL__AUTH__JWT_PREVIOUS_SECRET",
+                format!("is {} bytes; it must be at least {MIN_JWT_SECRET_BYTES}", previous.len()),
+            ));
+        }
+        if self.auth.leeway_secs > MAX_LEEWAY_SECS {
+            return Err(ConfigError::invalid(
+                "auth.leeway_secs",
+                "SECKILL__AUTH__LEEWAY_SECS",
+                format!("must be at most {MAX_LEEWAY_SECS} (it is clock skew, not extra lifetime)"),
+            ));
+        }
+        if self.auth.issuer.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::invalid(
+                "auth.issuer",
+                "SECKILL__AUTH__ISSUER",
+                "is empty; unset it or name one",
+            ));
+        }
+        if self.auth.audience.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::invalid(
+                "auth.audience",
+                "SECKILL__AUTH__AUDIENCE",
+                "is empty; unset it or name one",
+            ));
+        }
         if self.dev_token.ttl_secs == 0 {
             return Err(ConfigError::invalid(
                 "dev_token.ttl_secs",
@@ -106,6 +177,22 @@ impl Settings {
             ));
         }
         self.quota()?;
+        self.anonymous_quota()?;
+        if self.admin.host.as_deref().is_some_and(|h| h.trim().is_empty()) {
+            return Err(ConfigError::invalid(
+                "admin.host",
+                "SECKILL__ADMIN__HOST",
+                "is empty; unset it to use http.host",
+            ));
+        }
+        let admin = self.admin_port();
+        if admin != 0 && admin == self.http.port_or(crate::startup::STANDARD_PORT) {
+            return Err(ConfigError::invalid(
+                "admin.port",
+                "SECKILL__ADMIN__PORT",
+                format!("is {admin}, the public port (http.port): metrics must not be served there"),
+            ));
+        }
         if self.rate_limit.cleanup_interval_secs == 0 {
             return Err(ConfigError::invalid(
                 "rate_limit.cleanup_interval_secs",
@@ -116,11 +203,16 @@ impl Settings {
         Ok(())
     }
 
-    /// The JWT secret. There is no built-in one: a gateway without a secret must not start.
+    /// The JWT secret. There is no built-in one: a gateway without a secret must not start, nor
+    /// one with a secret short enough to guess offline from any token it signed.
     pub fn jwt_secret(&self) -> Result<&str, ConfigError> {
         match self.auth.jwt_secret.as_deref() {
-            Some(secret) if !secret.trim().is_empty() => Ok(secret),
-            Some(_) => Err(missing_secret("is empty")),
+            Some(secret) if secret.trim().is_empty() => Err(missing_secret("is empty")),
+            Some(secret) if secret.len() < MIN_JWT_SECRET_BYTES => Err(missing_secret(&format!(
+                "is {} bytes; it must be at least {MIN_JWT_SECRET_BYTES} (e.g. `openssl rand -base64 48`)",
+                secret.len()
+            ))),
+            Some(secret) => Ok(secret),
             None => Err(missing_secret("is not set; there is no built-in secret")),
         }
     }
@@ -138,6 +230,36 @@ impl Settings {
             ConfigError::invalid("rate_limit.burst", "SECKILL__RATE_LIMIT__BURST", "must be at least 1")
         })?;
         Ok(Quota { per_sec, burst })
+    }
+
+    /// The anonymous routes' per-address limit as non-zero numbers.
+    pub fn anonymous_quota(&self) -> Result<Quota, ConfigError> {
+        let per_sec = NonZeroU32::new(self.rate_limit.anonymous_per_sec).ok_or_else(|| {
+            ConfigError::invalid(
+                "rate_limit.anonymous_per_sec",
+                "SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC",
+                "must be at least 1",
+            )
+        })?;
+        let burst = NonZeroU32::new(self.rate_limit.anonymous_burst).ok_or_else(|| {
+            ConfigError::invalid(
+                "rate_limit.anonymous_burst",
+                "SECKILL__RATE_LIMIT__ANONYMOUS_BURST",
+                "must be at least 1",
+            )
+        })?;
+        Ok(Quota { per_sec, burst })
+    }
+
+    /// Where the admin listener binds: `admin.host`, else `http.host`.
+    pub fn admin_host(&self) -> &str {
+        self.admin.host.as_deref().unwrap_or(&self.http.host)
+    }
+
+    /// The admin listener's port: `admin.port`, else 9080, or 0 when `http.port` is 0 (a
+    /// process starting several gateways, as tests do, would find 9080 taken).
+    pub fn admin_port(&self) -> u16 {
+        self.admin.port.unwrap_or(if self.http.port == Some(0) { 0 } else { ADMIN_STANDARD_PORT })
     }
 }
 
@@ -170,7 +292,7 @@ mod tests {
 
     fn valid() -> Settings {
         let mut s = Settings::default();
-        s.auth.jwt_secret = Some("s3cret".into());
+        s.auth.jwt_secret = Some("a-unit-test-secret-of-32-bytes-at-least".into());
         s
     }
 
@@ -193,6 +315,39 @@ mod tests {
     }
 
     #[test]
+    fn a_short_secret_is_refused_naming_the_key() {
+        let mut s = valid();
+        s.auth.jwt_secret = Some("x".repeat(MIN_JWT_SECRET_BYTES - 1));
+        let message = s.validate().unwrap_err().to_string();
+        assert!(message.contains("auth.jwt_secret"), "{message}");
+        assert!(message.contains("SECKILL__AUTH__JWT_SECRET"), "{message}");
+        assert!(message.contains("at least 32"), "{message}");
+        s.auth.jwt_secret = Some("x".repeat(MIN_JWT_SECRET_BYTES));
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn auth_rules_are_checked() {
+        assert_eq!(valid().auth.leeway_secs, 5);
+        let mut s = valid();
+        s.auth.leeway_secs = MAX_LEEWAY_SECS + 1;
+        assert!(s.validate().unwrap_err().to_string().contains("auth.leeway_secs"));
+        let mut s = valid();
+        s.auth.issuer = Some(" ".into());
+        assert!(s.validate().unwrap_err().to_string().contains("auth.issuer"));
+        let mut s = valid();
+        s.auth.audience = Some(String::new());
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__AUTH__AUDIENCE"));
+        let mut s = valid();
+        s.auth.issuer = Some("seckill-gateway".into());
+        s.auth.audience = Some("seckill".into());
+        s.validate().unwrap();
+        let s: Settings =
+            serde_json::from_str(r#"{"auth": {"leeway_secs": 2, "issuer": "i", "audience": "a"}}"#).unwrap();
+        assert_eq!((s.auth.leeway_secs, s.auth.issuer.as_deref()), (2, Some("i")));
+    }
+
+    #[test]
     fn an_empty_or_bad_upstream_list_names_the_key() {
         let mut s = valid();
         s.upstreams.order = " , ".into();
@@ -210,6 +365,40 @@ mod tests {
         let mut s = valid();
         s.rate_limit.burst = 0;
         assert!(s.validate().unwrap_err().to_string().contains("rate_limit.burst"));
+        let mut s = valid();
+        s.rate_limit.anonymous_per_sec = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC"));
+        let mut s = valid();
+        s.rate_limit.anonymous_burst = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.anonymous_burst"));
+        assert_eq!((valid().rate_limit.anonymous_per_sec, valid().rate_limit.anonymous_burst), (50, 100));
+    }
+
+    #[test]
+    fn the_admin_listener_defaults_and_never_shares_the_public_port() {
+        let mut s = valid();
+        s.http.host = "10.0.0.7".into();
+        assert_eq!((s.admin_host(), s.admin_port()), ("10.0.0.7", ADMIN_STANDARD_PORT));
+        s.http.port = Some(0);
+        assert_eq!(s.admin_port(), 0, "any free port when the public one is any free port");
+        s.admin.host = Some("127.0.0.1".into());
+        s.admin.port = Some(9191);
+        assert_eq!((s.admin_host(), s.admin_port()), ("127.0.0.1", 9191));
+        s.validate().unwrap();
+
+        let mut s = valid();
+        s.admin.port = Some(crate::startup::STANDARD_PORT);
+        assert!(s.validate().unwrap_err().to_string().contains("admin.port"));
+        let mut s = valid();
+        s.http.port = Some(9000);
+        s.admin.port = Some(9000);
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__ADMIN__PORT"));
+        let mut s = valid();
+        s.admin.host = Some(" ".into());
+        assert!(s.validate().unwrap_err().to_string().contains("admin.host"));
+        let s: Settings = serde_json::from_str(r#"{"admin": {"port": 9999}}"#).unwrap();
+        assert_eq!(s.admin_port(), 9999);
+        assert!(serde_json::from_str::<Settings>(r#"{"admin": {"bind": 1}}"#).is_err());
     }
 
     #[test]

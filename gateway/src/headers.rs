@@ -1,8 +1,9 @@
 //! Which headers cross the hop, each way.
 //!
-//! Towards an upstream: every end-to-end header of the client's request except the identity
-//! headers (`x-user-id`, `x-user-role`), which only the gateway may set, from the verified
-//! token; `x-request-id` is the id the request-id middleware settled on. Back to the client:
+//! Towards an upstream: every end-to-end header of the client's request except the
+//! credential header (`x-seckill-auth`, which only the gateway signs, from the verified token:
+//! see `Proxy`) and the identity headers older versions used (`x-user-id`, `x-user-role`);
+//! `x-request-id` is the id the request-id middleware settled on. Back to the client:
 //! the upstream's headers as they are. Both ways, hop-by-hop headers (RFC 9110 §7.6.1) and
 //! `content-length` stay behind: the HTTP clients and servers on each side set their own.
 //!
@@ -13,7 +14,7 @@ use actix_web::HttpResponseBuilder;
 use actix_web::http::header as actix;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use seckill_common::headers::{REQUEST_ID, USER_ID, USER_ROLE};
-use seckill_web::AuthUser;
+use seckill_common::trust::AUTH_HEADER;
 
 /// Headers that describe one connection, not the message, so a proxy never forwards them.
 fn is_hop_by_hop(name: &str) -> bool {
@@ -39,17 +40,13 @@ fn is_listed(name: &str, options: &[&str]) -> bool {
 }
 
 /// The headers to send upstream for a client's request.
-pub fn to_upstream(
-    incoming: &actix::HeaderMap,
-    request_id: Option<&str>,
-    caller: Option<AuthUser>,
-) -> HeaderMap {
+pub fn to_upstream(incoming: &actix::HeaderMap, request_id: Option<&str>) -> HeaderMap {
     let options = connection_options(incoming.get_all(actix::CONNECTION).map(|v| v.as_bytes()));
     let mut out = HeaderMap::with_capacity(incoming.len() + 3);
     for (name, value) in incoming {
         let name = name.as_str();
         if is_hop_by_hop(name)
-            || matches!(name, "content-length" | USER_ID | USER_ROLE | REQUEST_ID)
+            || matches!(name, "content-length" | AUTH_HEADER | USER_ID | USER_ROLE | REQUEST_ID)
             || is_listed(name, &options)
         {
             continue;
@@ -62,13 +59,6 @@ pub fn to_upstream(
     }
     if let Some(id) = request_id.and_then(|id| HeaderValue::from_str(id).ok()) {
         out.insert(REQUEST_ID, id);
-    }
-    if let Some(caller) = caller {
-        // Digits only: always a valid header value.
-        if let Ok(id) = HeaderValue::from_str(&caller.id.to_string()) {
-            out.insert(USER_ID, id);
-        }
-        out.insert(USER_ROLE, HeaderValue::from_static(caller.role.as_str()));
     }
     out
 }
@@ -93,8 +83,6 @@ pub fn to_client(upstream: &HeaderMap, response: &mut HttpResponseBuilder) {
 #[cfg(test)]
 mod tests {
     use actix_web::HttpResponse;
-    use seckill_common::UserId;
-    use seckill_common::api::Role;
 
     use super::*;
 
@@ -111,6 +99,7 @@ mod tests {
         let map = incoming(&[
             ("x-user-id", "999"),
             ("x-user-role", "admin"),
+            ("x-seckill-auth", "v1.gateway.1.admin.9999999999999.forged"),
             ("x-request-id", "from-client"),
             ("connection", "keep-alive, x-secret-hop"),
             ("x-secret-hop", "1"),
@@ -124,15 +113,15 @@ mod tests {
             ("accept", "a"),
             ("accept", "b"),
         ]);
-        let caller = AuthUser { id: UserId::new(42).unwrap(), role: Role::User };
-        let out = to_upstream(&map, Some("rid-1"), Some(caller));
-        assert_eq!(out["x-user-id"], "42");
-        assert_eq!(out["x-user-role"], "user");
+        let out = to_upstream(&map, Some("rid-1"));
         assert_eq!(out["x-request-id"], "rid-1");
         assert_eq!(out["content-type"], "application/json");
         assert_eq!(out["x-seckill-token"], "abc");
         assert_eq!(out.get_all("accept").iter().count(), 2);
         for gone in [
+            "x-user-id",
+            "x-user-role",
+            "x-seckill-auth",
             "connection",
             "x-secret-hop",
             "keep-alive",
@@ -143,13 +132,6 @@ mod tests {
         ] {
             assert!(!out.contains_key(gone), "{gone} forwarded");
         }
-    }
-
-    #[test]
-    fn anonymous_requests_carry_no_identity() {
-        let map = incoming(&[("x-user-id", "1"), ("x-user-role", "admin")]);
-        let out = to_upstream(&map, None, None);
-        assert!(out.is_empty());
     }
 
     #[test]

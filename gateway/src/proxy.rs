@@ -6,14 +6,18 @@
 //! the headers, no copy of a body it does not have to copy, and clones the request parts only
 //! when another replica is left to try.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use futures_util::future::join_all;
-use seckill_common::ErrorCode;
+use seckill_common::api::Role;
 use seckill_common::config::{UpstreamSettings, split_urls};
+use seckill_common::headers::REQUEST_ID;
+use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust};
+use seckill_common::{ErrorCode, UserId};
 use seckill_web::health::Check;
 use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
@@ -29,6 +33,15 @@ pub enum Service {
 }
 
 impl Service {
+    /// The peer whose key signs what is sent to this service.
+    const fn peer(self) -> Peer {
+        match self {
+            Self::Seckill => Peer::Seckill,
+            Self::Order => Peer::Order,
+            Self::Stock => Peer::Stock,
+        }
+    }
+
     /// The name in logs, metrics and readiness checks (as in `upstreams.<name>`).
     pub const fn name(self) -> &'static str {
         match self {
@@ -70,12 +83,14 @@ impl Upstream {
 #[derive(Debug)]
 pub struct Proxy {
     client: reqwest::Client,
+    /// Signs the identity (or its absence) of every forwarded request.
+    trust: Arc<Trust>,
     upstreams: [Upstream; 3],
     timeout: Duration,
 }
 
 impl Proxy {
-    pub fn new(settings: &UpstreamSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: &UpstreamSettings, trust: Arc<Trust>) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
             .timeout(Duration::from_millis(settings.timeout_ms))
@@ -91,6 +106,7 @@ impl Proxy {
             .build()?;
         Ok(Self {
             client,
+            trust,
             upstreams: [
                 Upstream::new(Service::Seckill, &settings.seckill)?,
                 Upstream::new(Service::Order, &settings.order)?,
@@ -123,11 +139,12 @@ impl Proxy {
         let headers = {
             let extensions = req.extensions();
             let request_id = extensions.get::<RequestId>().map(|id| id.0.as_str());
-            headers::to_upstream(req.headers(), request_id, caller)
+            headers::to_upstream(req.headers(), request_id)
         };
         let upstream = self.upstream(service);
 
-        let response = self.send(upstream, method, path, headers, body).await?;
+        let user = caller.map(|c| (c.id, c.role));
+        let response = self.send(upstream, method, path, headers, body, user).await?;
         let status =
             actix_web::http::StatusCode::from_u16(response.status().as_u16()).map_err(ApiError::internal)?;
         let mut builder = HttpResponse::build(status);
@@ -145,6 +162,7 @@ impl Proxy {
         path: &str,
         headers: reqwest::header::HeaderMap,
         body: Bytes,
+        user: Option<(UserId, Role)>,
     ) -> Result<reqwest::Response, ApiError> {
         let name = upstream.service.name();
         let tries = upstream.replicas.len();
@@ -161,6 +179,7 @@ impl Proxy {
                 .map_err(|e| failure(upstream.service, e))?;
             // The map is ready: put it in whole rather than re-inserting it entry by entry.
             *request.headers_mut() = headers;
+            self.sign(upstream.service, &mut request, user);
             match self.client.execute(request).await {
                 Ok(response) => return Ok(response),
                 // Refused (or not opened in time): the request never left, so another replica
@@ -183,6 +202,19 @@ impl Proxy {
             "upstream `{name}`: every replica refused the connection ({})",
             refused.join(", ")
         )))
+    }
+
+    /// Vouches for `user` (or for no user) on this very request: the path as the URL parser
+    /// left it, the method, the request id, for the next few seconds.
+    fn sign(&self, service: Service, request: &mut reqwest::Request, user: Option<(UserId, Role)>) {
+        let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let facts =
+            RequestFacts { method: request.method().as_str(), path: request.url().path(), request_id };
+        let credential = self.trust.sign_request(service.peer(), &facts, user);
+        // Base64url, digits, letters and dots: always a valid header value.
+        if let Ok(value) = reqwest::header::HeaderValue::from_str(&credential) {
+            request.headers_mut().insert(AUTH_HEADER, value);
+        }
     }
 
     /// One check per service: ready when at least one of its replicas answers `GET /healthz`

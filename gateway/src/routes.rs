@@ -1,29 +1,70 @@
 //! The public routes: which need a token, which need an admin, which are rate limited, and
 //! which service answers each. Path and query go upstream unchanged; the services check their
-//! own ids and answer their own 4xx, so the gateway parses no ids.
+//! own ids and answer their own 4xx, so the gateway parses no ids. Also the admin listener's
+//! detailed `/readyz`.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use actix_web::{HttpRequest, HttpResponse, Resource, web};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
 use seckill_common::ErrorCode;
 use seckill_common::api::{DevTokenRequest, TokenResponse};
-use seckill_web::{ApiError, AuthUser, health};
+use seckill_web::health::{self, Check};
+use seckill_web::{ApiError, AuthUser};
+use serde_json::json;
+use tokio::sync::Mutex;
 
 use crate::auth::Authenticator;
 use crate::body;
 use crate::proxy::{Proxy, Service};
-use crate::rate_limit::UserRateLimiter;
+use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
+
+/// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
+/// public `/readyz` makes at most one round a second, not one per call.
+const READINESS_REUSE: Duration = Duration::from_secs(1);
 
 /// What every handler shares, built once at start.
 pub struct Gateway {
     pub auth: Authenticator,
     pub proxy: Proxy,
     pub limiter: Arc<UserRateLimiter>,
+    /// Per client address, on the routes that take no token.
+    pub anonymous: Arc<AddressRateLimiter>,
+    /// `rate_limit.trusted_proxy_hops`.
+    pub proxy_hops: u8,
     /// `http.body_limit_bytes`.
     pub body_limit: usize,
+    pub last_readiness: LastReadiness,
 }
 
+/// The last round of upstream health checks and when it ended.
+#[derive(Default)]
+pub struct LastReadiness(Mutex<Option<(Instant, Arc<[Check]>)>>);
+
 impl Gateway {
+    /// Each service's state, at most `READINESS_REUSE` old. One round at a time: callers
+    /// arriving meanwhile wait for it and share it. Failures are logged here, once per round.
+    pub async fn readiness(&self) -> Arc<[Check]> {
+        let mut last = self.last_readiness.0.lock().await;
+        if let Some((at, checks)) = last.as_ref()
+            && at.elapsed() < READINESS_REUSE
+        {
+            return checks.clone();
+        }
+        let checks: Arc<[Check]> = self.proxy.readiness().await.into();
+        for (upstream, result) in checks.iter() {
+            if let Err(why) = result {
+                tracing::warn!(upstream, error = %why, "no replica of the upstream answers");
+            }
+        }
+        *last = Some((Instant::now(), checks.clone()));
+        checks
+    }
+
     /// Reads the body within the limit and forwards the request.
     async fn pass(
         &self,
@@ -47,11 +88,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_
         .service(resource("/api/seckill/{goods_id}/token").route(web::post().to(user_seckill)))
         .service(resource("/api/seckill/{goods_id}/result").route(web::get().to(user_seckill)));
     if dev_tokens {
-        cfg.service(resource("/api/auth/dev-token").route(web::post().to(dev_token)));
+        cfg.service(anonymous("/api/auth/dev-token", web::post().to(dev_token)));
     }
     cfg.service(resource("/readyz").route(web::get().to(readyz)))
-        .service(resource("/api/goods").route(web::get().to(public_stock)))
-        .service(resource("/api/goods/{id}").route(web::get().to(public_stock)))
+        .service(anonymous("/api/goods", web::get().to(public_stock)))
+        .service(anonymous("/api/goods/{id}", web::get().to(public_stock)))
         .service(resource("/api/admin/goods").route(web::post().to(admin_seckill)))
         .service(resource("/api/admin/goods/{id}/audit").route(web::get().to(admin_seckill)))
         .service(resource("/api/admin/goods/{id}/repair").route(web::post().to(admin_seckill)))
@@ -70,6 +111,50 @@ async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route"))
 }
 
+/// A route anyone may call without a token: limited per client address, before anything of
+/// the request (its body) is read.
+fn anonymous(path: &str, route: Route) -> impl HttpServiceFactory {
+    resource(path).route(route).wrap(from_fn(anonymous_limit))
+}
+
+async fn anonymous_limit(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, Error> {
+    let checked = req
+        .app_data::<web::Data<Gateway>>()
+        .map(|g| g.anonymous.check_address(client_ip(req.request(), g.proxy_hops)));
+    match checked {
+        Some(Err(limited)) => Ok(req.into_response(limited.error_response()).map_into_right_body()),
+        // `configure` registers the gateway's data with its routes: never without it.
+        _ => next.call(req).await.map(ServiceResponse::map_into_left_body),
+    }
+}
+
+/// The client's address: the connection's other end, or, behind `hops` trusted proxies, the
+/// address the outermost of them saw, read from the right of `X-Forwarded-For`. Never further
+/// left: the client writes those entries, and a made-up one per request would be a fresh
+/// bucket each time. A header too short or unreadable falls back to the peer.
+fn client_ip(req: &HttpRequest, hops: u8) -> IpAddr {
+    // No peer (only in in-process tests): one shared bucket, never none.
+    let peer = req.peer_addr().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.ip());
+    if hops == 0 {
+        return peer;
+    }
+    forwarded_for(req.headers().get_all("x-forwarded-for").map(|v| v.as_bytes()), hops).unwrap_or(peer)
+}
+
+/// The `hops`-th address from the right of all `X-Forwarded-For` values, in order.
+fn forwarded_for<'a>(values: impl Iterator<Item = &'a [u8]>, hops: u8) -> Option<IpAddr> {
+    let entries: Vec<&str> = values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    let i = entries.len().checked_sub(usize::from(hops))?;
+    entries[i].parse().ok()
+}
+
 /// `POST /api/auth/dev-token`: a token for any user, for local runs and tests only.
 async fn dev_token(
     request: web::Json<DevTokenRequest>,
@@ -79,12 +164,29 @@ async fn dev_token(
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
 }
 
-/// `GET /readyz`: ready while any service has a replica that answers, each service's state in
-/// the body. One service down is answered route by route (503 `UPSTREAM_UNAVAILABLE`): taking
-/// every gateway pod out of the load balancer for it would turn a partial outage into a total
-/// one (no goods list, no buying, because order-service is down).
+/// `GET /readyz` on the public port: 200 `{"status": "ready"}` while any service has a
+/// replica that answers, else 503 `{"status": "unavailable"}`. Nothing about the inside (which
+/// service, which replica URL, what error): that is in the log and on the admin listener's
+/// `/readyz` ([`admin_routes`]). One service down is answered route by route (503
+/// `UPSTREAM_UNAVAILABLE`): taking every gateway pod out of the load balancer for it would
+/// turn a partial outage into a total one (no goods list, no buying, because order-service is
+/// down).
 async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
-    health::readiness_any(&gateway.proxy.readiness().await)
+    if gateway.readiness().await.iter().any(|(_, result)| result.is_ok()) {
+        HttpResponse::Ok().json(json!({"status": "ready"}))
+    } else {
+        HttpResponse::ServiceUnavailable().json(json!({"status": "unavailable"}))
+    }
+}
+
+/// The admin listener's own routes: `GET /readyz` with each service's state and errors (the
+/// same rule as the public one, `"degraded"` when some service has no replica answering).
+pub fn admin_routes(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>) {
+    cfg.app_data(gateway).route("/readyz", web::get().to(detailed_readyz));
+}
+
+async fn detailed_readyz(gateway: web::Data<Gateway>) -> HttpResponse {
+    health::readiness_any(&gateway.readiness().await)
 }
 
 /// `GET /api/goods[/{id}]`: public. Identity headers a client sent are still stripped.
@@ -127,4 +229,24 @@ async fn user_order(
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
     gateway.pass(Service::Order, &req, payload, Some(caller)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_is_the_address_the_outermost_trusted_proxy_saw() {
+        let one = |v: &'static str| std::iter::once(v.as_bytes());
+        // The client wrote 1.1.1.1; the Ingress appended the address it saw, 9.9.9.9.
+        assert_eq!(forwarded_for(one("1.1.1.1, 9.9.9.9"), 1), "9.9.9.9".parse().ok());
+        assert_eq!(forwarded_for(one("1.1.1.1, 9.9.9.9, 10.0.0.2"), 2), "9.9.9.9".parse().ok());
+        // Several header lines read as one list.
+        let lines = ["1.1.1.1".as_bytes(), "9.9.9.9".as_bytes()];
+        assert_eq!(forwarded_for(lines.into_iter(), 1), "9.9.9.9".parse().ok());
+        // Too short or not an address: none (the peer is used).
+        assert_eq!(forwarded_for(one("9.9.9.9"), 2), None);
+        assert_eq!(forwarded_for(one("1.1.1.1, nonsense"), 1), None);
+        assert_eq!(forwarded_for(std::iter::empty(), 1), None);
+    }
 }

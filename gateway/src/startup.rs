@@ -1,51 +1,73 @@
 //! Builds the gateway from its settings: checks them, creates the shared state once (JWT keys,
-//! the upstream client, the rate limiter), binds the server and starts the background clean-up.
+//! the upstream client, the rate limiters), binds the public server and the admin listener
+//! (metrics, detailed readiness) and starts the background clean-up.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web;
-use seckill_web::{Application, Lifecycle};
+use anyhow::Context;
+use seckill_common::trust::{Peer, Trust};
+use seckill_web::{Application, Door, Lifecycle};
 
 use crate::auth::Authenticator;
 use crate::configuration::Settings;
 use crate::proxy::Proxy;
-use crate::rate_limit::UserRateLimiter;
-use crate::routes::{self, Gateway};
+use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
+use crate::routes::{self, Gateway, LastReadiness};
 
 /// The gateway's standard port (`http.port` overrides it; 0 asks the OS, as tests do).
 pub const STANDARD_PORT: u16 = 8080;
 
 /// A bound, not yet running gateway. Fails, naming the key, on unusable settings (no JWT
-/// secret, no upstream replica, a zero limit) and when the port cannot be bound.
+/// secret, no upstream replica, a zero limit) and when a port cannot be bound.
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+    Ok(build_with_admin_port(settings).await?.0)
+}
+
+/// As `build`, with the port the admin listener got (the real one when 0 was asked for).
+pub async fn build_with_admin_port(settings: Settings) -> anyhow::Result<(Application, u16)> {
     settings.validate()?;
-    let auth = Authenticator::new(settings.jwt_secret()?, Duration::from_secs(settings.dev_token.ttl_secs))?;
-    let proxy = Proxy::new(&settings.upstreams)?;
+    let auth = Authenticator::new(settings.jwt_secret()?, Duration::from_secs(settings.dev_token.ttl_secs))?
+        .with_rules(&settings.auth);
+    let trust = Arc::new(Trust::for_service(Peer::Gateway, &settings.trust)?);
+    let proxy = Proxy::new(&settings.upstreams, trust)?;
     let limiter = Arc::new(UserRateLimiter::new(settings.quota()?));
+    let anonymous = Arc::new(AddressRateLimiter::new(settings.anonymous_quota()?));
     let gateway = web::Data::new(Gateway {
         auth,
         proxy,
         limiter: limiter.clone(),
+        anonymous: anonymous.clone(),
+        proxy_hops: settings.rate_limit.trusted_proxy_hops,
         body_limit: settings.http.body_limit_bytes,
+        last_readiness: LastReadiness::default(),
     });
 
     let dev_tokens = settings.auth.dev_tokens;
-    let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, move |cfg| {
-        routes::configure(cfg, gateway.clone(), dev_tokens);
+    let public = gateway.clone();
+    let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, Door::Public, move |cfg| {
+        routes::configure(cfg, public.clone(), dev_tokens);
     })?;
+    let (admin, admin_port) =
+        seckill_web::admin::serve_admin(settings.admin_host(), settings.admin_port(), move |cfg| {
+            routes::admin_routes(cfg, gateway.clone());
+        })
+        .with_context(|| format!("cannot bind the admin listener (admin.port {})", settings.admin_port()))?;
 
     let lifecycle = Lifecycle::new();
     limiter.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
+    anonymous.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     if dev_tokens {
         tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
     tracing::info!(
         port,
+        admin_port,
         seckill = %settings.upstreams.seckill,
         order = %settings.upstreams.order,
         stock = %settings.upstreams.stock,
         "gateway listening"
     );
-    Ok(Application::new(port, server, lifecycle))
+    Ok((Application::new(port, server, lifecycle).with_extra_server(admin), admin_port))
 }

@@ -6,6 +6,7 @@ use seckill_common::config::{
     self, AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, RedisSettings,
     UpstreamSettings,
 };
+use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
 pub const SERVICE: &str = "order-service";
@@ -22,6 +23,8 @@ pub struct Settings {
     pub amqp: AmqpSettings,
     pub upstreams: UpstreamSettings,
     pub order: OrderSettings,
+    /// The keys of this service's links (see `seckill_common::trust`).
+    pub trust: TrustSettings,
 }
 
 /// `order.*`.

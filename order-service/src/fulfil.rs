@@ -17,6 +17,7 @@ use dashmap::DashMap;
 use lapin::BasicProperties;
 use seckill_common::amqp::{AmqpNames, OrderExpiry, OrderRequest};
 use seckill_common::api::{DeductOutcome, DeductRequest};
+use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, OrderId};
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
@@ -184,7 +185,9 @@ impl Fulfiller {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let body = serde_json::to_vec(&OrderExpiry::new(ids))?;
         let properties = BasicProperties::default().with_content_type("application/json".into());
-        self.publisher.publish(&self.names.order_delay_queue(self.ttl.as_secs()), &body, properties).await?;
+        self.publisher
+            .publish(Peer::Order, &self.names.order_delay_queue(self.ttl.as_secs()), &body, properties)
+            .await?;
         Ok(())
     }
 

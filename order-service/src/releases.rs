@@ -10,6 +10,7 @@ use futures_util::future::try_join_all;
 use lapin::BasicProperties;
 use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason};
 use seckill_common::api::OrderStatus;
+use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, OrderId, UserId};
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
@@ -45,7 +46,7 @@ impl Releaser {
                 let properties = BasicProperties::default()
                     .with_content_type("application/json".into())
                     .with_message_id(row.request_id.to_string().into());
-                self.publisher.publish(&queue, &body, properties).await?;
+                self.publisher.publish(Peer::Stock, &queue, &body, properties).await?;
                 anyhow::Ok(())
             }
         }))

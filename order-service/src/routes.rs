@@ -5,6 +5,9 @@ pub mod orders;
 
 use actix_web::{HttpResponse, web};
 
+use seckill_common::trust::Peer;
+use seckill_web::trust::internal_route;
+
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -13,8 +16,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/orders/{order_id}", web::get().to(orders::get))
         .route("/api/orders/{order_id}/pay", web::post().to(orders::pay))
         .route("/api/orders/{order_id}/cancel", web::post().to(orders::cancel))
-        .route("/internal/orders/active", web::get().to(internal::active))
-        .route("/internal/orders/count", web::get().to(internal::count));
+        // Each internal route names the one service it serves (seckill_web::trust).
+        .service(
+            internal_route("/internal/orders/active", &[Peer::Seckill])
+                .route(web::get().to(internal::active)),
+        )
+        .service(
+            internal_route("/internal/orders/count", &[Peer::Seckill]).route(web::get().to(internal::count)),
+        );
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

@@ -9,10 +9,11 @@ use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
+use seckill_common::trust::{Peer, Trust};
 use seckill_infra::amqp::{Declare, Publisher};
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Lifecycle};
+use seckill_web::{Application, Door, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::fulfil::Fulfiller;
@@ -31,6 +32,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
+    let trust = Arc::new(Trust::for_service(Peer::Order, &settings.trust)?);
     let url = settings.database_url();
     seckill_db::prepare(&url, MIGRATIONS).await?;
     let pool = seckill_db::pool(&settings.database, &url)?;
@@ -40,13 +42,14 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         .load_scripts()
         .await
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
-    let stock = Arc::new(StockClient::new(&settings.upstreams)?);
+    let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let ttl_secs = settings.order.ttl_secs;
     let publisher = Arc::new(
         Publisher::connect(
             &settings.amqp,
             SERVICE,
+            trust.clone(),
             vec![Declare::WorkQueue(names.stock_release_queue()), Declare::OrderDelay { ttl_secs }],
         )
         .await
@@ -68,6 +71,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let spec = ConsumerSpec {
             name: format!("{SERVICE}-orders-{index}"),
             source: Source::Queue(names.orders_queue()),
+            from: Peer::Seckill,
+            trust: trust.clone(),
             declares: vec![Declare::WorkQueue(names.orders_queue())],
             prefetch: settings.order.prefetch,
             batch_size: settings.order.batch_size,
@@ -81,6 +86,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let spec = ConsumerSpec {
         name: format!("{SERVICE}-expire"),
         source: Source::Queue(names.order_expire_queue()),
+        from: Peer::Order,
+        trust: trust.clone(),
         declares: vec![Declare::OrderDelay { ttl_secs }],
         prefetch: 100,
         batch_size: 50,
@@ -104,9 +111,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     });
 
     let state = web::Data::new(AppState { fulfiller, releaser, publisher });
-    let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, move |cfg| {
-        cfg.app_data(state.clone()).configure(routes::configure);
-    })?;
+    let (server, port) =
+        seckill_web::serve(&settings.http, STANDARD_PORT, Door::Trusted(trust), move |cfg| {
+            cfg.app_data(state.clone()).configure(routes::configure);
+        })?;
     tracing::info!(port, "order-service listening");
     Ok(Application::new(port, server, lifecycle))
 }

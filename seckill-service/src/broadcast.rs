@@ -7,6 +7,7 @@ use actix_web::web;
 use lapin::BasicProperties;
 use seckill_common::GoodsId;
 use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode};
+use seckill_common::trust::Peer;
 use seckill_infra::consumer::Inbox;
 
 use crate::sales::now_ms;
@@ -19,7 +20,10 @@ pub async fn announce(state: &AppState, kind: BroadcastKind, g: GoodsId) {
         Err(e) => return tracing::error!(error = %e, "cannot encode a broadcast"),
     };
     let properties = BasicProperties::default().with_content_type("application/json".into());
-    if let Err(e) = state.publisher.publish_to(&state.names.broadcast_exchange(), "", &body, properties).await
+    if let Err(e) = state
+        .publisher
+        .publish_to(Peer::Seckill, &state.names.broadcast_exchange(), "", &body, properties)
+        .await
     {
         tracing::warn!(error = %e, goods_id = %g, ?kind, "broadcast not sent; replicas re-check by themselves");
     }

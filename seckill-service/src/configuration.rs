@@ -5,6 +5,7 @@ use std::time::Duration;
 use seckill_common::config::{
     self, AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
+use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
 pub const SERVICE: &str = "seckill-service";
@@ -19,6 +20,8 @@ pub struct Settings {
     pub amqp: AmqpSettings,
     pub upstreams: UpstreamSettings,
     pub seckill: SeckillSettings,
+    /// The keys of this service's links (see `seckill_common::trust`).
+    pub trust: TrustSettings,
 }
 
 /// `seckill.*`.

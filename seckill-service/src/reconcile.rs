@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use actix_web::web;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::api::SaleWindow;
+use seckill_common::trust::Peer;
 use tokio_util::sync::CancellationToken;
 
 use crate::restore;
@@ -68,7 +69,7 @@ async fn republish_unconfirmed(state: &AppState, sale: &Sale) {
     for (user, request_id) in stale {
         let msg = OrderRequest::new(request_id, user, g, now_ms()).with_epoch(epoch);
         let Ok((body, properties)) = order_message(&msg, "") else { continue };
-        match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
+        match state.publisher.publish(Peer::Order, &state.names.orders_queue(), &body, properties).await {
             Ok(()) => {
                 if let Err(e) = state.gate.confirmed(&[(g, user, request_id)]).await {
                     tracing::warn!(error = %e, "pending entry not cleared; it is published again later");

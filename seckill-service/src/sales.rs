@@ -17,6 +17,10 @@ use tokio::sync::Mutex;
 /// flood of requests for a bad id does not become a flood of calls.
 const UNKNOWN_TTL: Duration = Duration::from_secs(2);
 
+/// Most unknown ids remembered at once (some hundred kilobytes): ids are the client's to
+/// choose, so a flood of random ones must not grow memory.
+const UNKNOWN_CAPACITY: usize = 10_000;
+
 pub struct Sale {
     pub goods: Goods,
     /// Until this instant (Unix ms) requests are answered SOLD_OUT without asking Redis.
@@ -63,7 +67,7 @@ pub fn now_ms() -> i64 {
 
 pub struct SaleBook {
     sales: DashMap<GoodsId, Arc<Sale>>,
-    unknown: DashMap<GoodsId, Instant>,
+    unknown: UnknownIds,
     /// One cache miss at a time asks stock-service; the others wait and find it cached.
     loading: Mutex<()>,
     stock: Arc<StockClient>,
@@ -71,7 +75,12 @@ pub struct SaleBook {
 
 impl SaleBook {
     pub fn new(stock: Arc<StockClient>) -> Self {
-        Self { sales: DashMap::new(), unknown: DashMap::new(), loading: Mutex::new(()), stock }
+        Self {
+            sales: DashMap::new(),
+            unknown: UnknownIds::new(UNKNOWN_TTL, UNKNOWN_CAPACITY),
+            loading: Mutex::new(()),
+            stock,
+        }
     }
 
     /// The sale, from memory or, on a miss, from stock-service. Its Redis data is loaded by
@@ -80,33 +89,29 @@ impl SaleBook {
         if let Some(sale) = self.sales.get(&g) {
             return Ok(sale.clone());
         }
-        if self.recently_unknown(g) {
+        if self.unknown.contains(g) {
             return Err(not_found(g));
         }
         let _one_at_a_time = self.loading.lock().await;
         if let Some(sale) = self.sales.get(&g) {
             return Ok(sale.clone());
         }
-        if self.recently_unknown(g) {
+        if self.unknown.contains(g) {
             return Err(not_found(g));
         }
         match self.stock.goods(g).await.map_err(|e| ApiError::unavailable("stock-service", e))? {
             Some(goods) => Ok(self.cache(goods)),
             None => {
-                self.unknown.insert(g, Instant::now());
+                self.unknown.insert(g);
                 Err(not_found(g))
             }
         }
     }
 
-    fn recently_unknown(&self, g: GoodsId) -> bool {
-        self.unknown.get(&g).is_some_and(|at| at.elapsed() < UNKNOWN_TTL)
-    }
-
     /// Remembers a sale (its goods do not change).
     pub fn cache(&self, goods: Goods) -> Arc<Sale> {
         let g = goods.id;
-        self.unknown.remove(&g);
+        self.unknown.remove(g);
         let sale = Arc::new(Sale::new(goods));
         self.sales.insert(g, sale.clone());
         sale
@@ -129,4 +134,107 @@ impl SaleBook {
 
 pub fn not_found(g: GoodsId) -> ApiError {
     ApiError::new(ErrorCode::GoodsNotFound, format!("no sale with goods id {g}"))
+}
+
+/// Goods ids stock-service said it does not know, each with when it said so. Bounded in time
+/// (an entry older than the TTL is not used, and goes when looked up or swept) and in size:
+/// once full, the expired entries are swept, and if that does not free half the room, all
+/// go. Forgetting an id costs one more call to stock-service, never a wrong answer; halving
+/// keeps the sweeps rare (at most one per `capacity / 2` inserts).
+struct UnknownIds {
+    ids: DashMap<GoodsId, Instant>,
+    ttl: Duration,
+    capacity: usize,
+}
+
+impl UnknownIds {
+    fn new(ttl: Duration, capacity: usize) -> Self {
+        Self { ids: DashMap::new(), ttl, capacity }
+    }
+
+    /// Whether stock-service said `g` is unknown less than the TTL ago.
+    fn contains(&self, g: GoodsId) -> bool {
+        // The shard's read lock ends with this statement, before the removal below.
+        let fresh = match self.ids.get(&g) {
+            Some(at) => at.elapsed() < self.ttl,
+            None => return false,
+        };
+        if !fresh {
+            self.ids.remove_if(&g, |_, at| at.elapsed() >= self.ttl);
+        }
+        fresh
+    }
+
+    fn insert(&self, g: GoodsId) {
+        if self.ids.len() >= self.capacity {
+            self.ids.retain(|_, at| at.elapsed() < self.ttl);
+            if self.ids.len() > self.capacity / 2 {
+                self.ids.clear();
+            }
+        }
+        self.ids.insert(g, Instant::now());
+    }
+
+    fn remove(&self, g: GoodsId) {
+        self.ids.remove(&g);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: i64) -> GoodsId {
+        GoodsId::new(n).unwrap()
+    }
+
+    /// A random positive id.
+    fn random_id() -> GoodsId {
+        let bits = uuid::Uuid::new_v4().as_u64_pair().0 >> 1;
+        GoodsId::new(i64::try_from(bits).unwrap().max(1)).unwrap()
+    }
+
+    #[test]
+    fn a_hundred_thousand_random_ids_leave_it_bounded() {
+        let unknown = UnknownIds::new(Duration::from_secs(60), 1_000);
+        let mut peak = 0;
+        for _ in 0..100_000 {
+            let g = random_id();
+            unknown.insert(g);
+            assert!(unknown.contains(g), "the id just inserted is remembered");
+            peak = peak.max(unknown.len());
+        }
+        assert!(peak <= 1_000, "{peak} ids remembered");
+        // Nor did the table's allocation grow past what that many entries need.
+        assert!(unknown.ids.capacity() < 10_000, "room for {} ids", unknown.ids.capacity());
+    }
+
+    #[test]
+    fn ids_are_forgotten_after_the_ttl() {
+        let unknown = UnknownIds::new(Duration::from_millis(50), 100);
+        unknown.insert(id(7));
+        assert!(unknown.contains(id(7)));
+        assert!(!unknown.contains(id(8)));
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!unknown.contains(id(7)));
+        assert_eq!(unknown.len(), 0, "an expired entry goes when looked up");
+
+        // Expired entries are swept when the map is full; fresh ones then stay.
+        for n in 1..=100 {
+            unknown.insert(id(n));
+        }
+        std::thread::sleep(Duration::from_millis(80));
+        for n in 1_000..1_010 {
+            unknown.insert(id(n));
+        }
+        assert_eq!(unknown.len(), 10);
+        assert!(unknown.contains(id(1_005)));
+        unknown.remove(id(1_005));
+        assert!(!unknown.contains(id(1_005)));
+    }
 }

@@ -6,11 +6,12 @@ use actix_web::web;
 use anyhow::Context;
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
+use seckill_common::trust::{Peer, Trust};
 use seckill_infra::amqp::{Declare, Publisher};
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Lifecycle};
+use seckill_web::{Application, Door, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::confirmations::Confirmations;
@@ -21,16 +22,18 @@ use crate::{broadcast, reconcile, restore, routes};
 
 pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     settings.validate()?;
+    let trust = Arc::new(Trust::for_service(Peer::Seckill, &settings.trust)?);
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let gate = Arc::new(Gate::new(redis, RedisKeys::new(settings.redis.key_prefix.clone())));
     gate.load_scripts()
         .await
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
-    let stock = Arc::new(StockClient::new(&settings.upstreams)?);
+    let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let publisher = Publisher::connect(
         &settings.amqp,
         SERVICE,
+        trust.clone(),
         vec![Declare::WorkQueue(names.orders_queue()), Declare::Broadcast],
     )
     .await
@@ -44,7 +47,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         gate,
         publisher,
         stock,
-        orders: OrderClient::new(&settings.upstreams)?,
+        orders: OrderClient::new(&settings.upstreams, trust.clone())?,
         names: names.clone(),
         confirmations,
         retry_delay_ms: settings.amqp.retry_delay_ms,
@@ -64,6 +67,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let restocks = ConsumerSpec {
         name: format!("{SERVICE}-restock"),
         source: Source::Queue(names.restock_queue()),
+        from: Peer::Stock,
+        trust: trust.clone(),
         declares: vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
         prefetch: 100,
         batch_size: 50,
@@ -75,6 +80,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     let broadcasts = ConsumerSpec {
         name: format!("{SERVICE}-broadcast"),
         source: Source::Fanout(names.broadcast_exchange()),
+        from: Peer::Seckill,
+        trust: trust.clone(),
         declares: vec![Declare::Broadcast],
         prefetch: 100,
         batch_size: 100,
@@ -94,9 +101,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         closing.publisher.close().await;
     });
 
-    let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, move |cfg| {
-        cfg.app_data(state.clone()).configure(routes::configure);
-    })?;
+    let (server, port) =
+        seckill_web::serve(&settings.http, STANDARD_PORT, Door::Trusted(trust), move |cfg| {
+            cfg.app_data(state.clone()).configure(routes::configure);
+        })?;
     tracing::info!(port, "seckill-service listening");
     Ok(Application::new(port, server, lifecycle))
 }

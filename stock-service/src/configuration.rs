@@ -1,6 +1,7 @@
 //! stock-service settings: `http`, `log`, `database`, `amqp`.
 
 use seckill_common::config::{self, AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings};
+use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
 pub const SERVICE: &str = "stock-service";
@@ -14,6 +15,8 @@ pub struct Settings {
     pub log: LogSettings,
     pub database: DatabaseSettings,
     pub amqp: AmqpSettings,
+    /// The keys of this service's links (see `seckill_common::trust`).
+    pub trust: TrustSettings,
 }
 
 impl Settings {

@@ -1,10 +1,16 @@
-//! Goods rows: reading, listing and creating sales.
+//! Goods rows: reading, listing and creating sales; the list's short-lived cache.
 
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use seckill_common::GoodsId;
 use seckill_common::api::{Goods, NewGoods};
+use seckill_common::{ErrorCode, GoodsId};
+use seckill_web::ApiError;
 
 use crate::schema::goods;
 
@@ -100,4 +106,202 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewGoods) -> QueryResult
         .get_result(conn)
         .await
         .and_then(Goods::try_from)
+}
+
+/// How long `GET /api/goods` answers from memory before asking PostgreSQL again.
+pub const LIST_CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// `GET /api/goods`'s answer (its JSON), kept for a short while: during a spike every buyer's
+/// page asks for the list, and each ask would otherwise be a query. So `stock_available` in the
+/// list may be up to the TTL behind; `GET /api/goods/{id}` is not cached, because buyers and
+/// checks read a sale's stock there right after it changed. Goods this process creates are
+/// listed at once ([`ListCache::invalidate`]); goods another replica creates, within the TTL.
+pub struct ListCache {
+    ttl: Duration,
+    state: Mutex<ListState>,
+    /// One refill at a time; callers arriving meanwhile wait and take its list.
+    refill: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct ListState {
+    /// Bumped by every `invalidate`: a refill that began before one must not store its list.
+    generation: u64,
+    list: Option<(Instant, Bytes)>,
+    /// The last refill, if it failed: when it ended and what its caller was told.
+    failed: Option<(Instant, ErrorCode, String)>,
+}
+
+impl ListCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self { ttl, state: Mutex::new(ListState::default()), refill: tokio::sync::Mutex::new(()) }
+    }
+
+    /// The list from memory while it is fresh, else from `refill`.
+    pub async fn get_or_refill<F, Fut>(&self, refill: F) -> Result<Bytes, ApiError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Bytes, ApiError>>,
+    {
+        let asked = Instant::now();
+        if let Some(list) = self.fresh() {
+            return Ok(list);
+        }
+        let _one_at_a_time = self.refill.lock().await;
+        if let Some(list) = self.fresh() {
+            return Ok(list);
+        }
+        let generation = {
+            let state = self.state();
+            // A refill failed while this caller waited: its answer is this caller's too, rather
+            // than one more try per waiting caller, one after another, while the database is
+            // down. The cause was logged once, with the first answer.
+            if let Some((at, code, message)) = &state.failed
+                && *at >= asked
+            {
+                return Err(ApiError::new(*code, message.clone()));
+            }
+            state.generation
+        };
+        let started = Instant::now();
+        match refill().await {
+            Ok(list) => {
+                let mut state = self.state();
+                state.failed = None;
+                if state.generation == generation {
+                    // Its age counts from before the query: never older than the TTL says.
+                    state.list = Some((started, list.clone()));
+                }
+                Ok(list)
+            }
+            Err(e) => {
+                self.state().failed = Some((Instant::now(), e.code, e.message.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the list: the next call reads the database (after a creation, so that the
+    /// creator sees its goods listed at once).
+    pub fn invalidate(&self) {
+        let mut state = self.state();
+        state.generation = state.generation.wrapping_add(1);
+        state.list = None;
+    }
+
+    fn fresh(&self) -> Option<Bytes> {
+        match &self.state().list {
+            Some((at, list)) if at.elapsed() < self.ttl => Some(list.clone()),
+            _ => None,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, ListState> {
+        // Nothing in the state can be left half-written: a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use actix_web::web::Bytes;
+    use seckill_common::ErrorCode;
+    use seckill_web::ApiError;
+
+    // Not `super::*`: diesel's `RunQueryDsl::load` would shadow the atomics' `load`.
+    use super::ListCache;
+
+    /// A cache and a refill that counts its calls and answers the count.
+    fn counted(ttl: Duration) -> (Arc<ListCache>, Arc<AtomicUsize>) {
+        (Arc::new(ListCache::new(ttl)), Arc::new(AtomicUsize::new(0)))
+    }
+
+    async fn get(cache: &ListCache, calls: &AtomicUsize) -> Result<Bytes, ApiError> {
+        cache
+            .get_or_refill(|| async {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                Ok(Bytes::from(n.to_string()))
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn many_calls_within_the_ttl_make_one_query() {
+        let (cache, calls) = counted(Duration::from_secs(60));
+        for _ in 0..1_000 {
+            assert_eq!(get(&cache, &calls).await.unwrap(), "1");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_misses_share_one_refill() {
+        let (cache, calls) = counted(Duration::from_secs(60));
+        let slow_refill = |cache: Arc<ListCache>, calls: Arc<AtomicUsize>| async move {
+            cache
+                .get_or_refill(|| async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok(Bytes::from_static(b"[]"))
+                })
+                .await
+        };
+        let tasks: Vec<_> =
+            (0..100).map(|_| tokio::spawn(slow_refill(cache.clone(), calls.clone()))).collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap().unwrap(), "[]");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_list_expires_and_an_invalidation_is_seen_at_once() {
+        let (cache, calls) = counted(Duration::from_millis(100));
+        assert_eq!(get(&cache, &calls).await.unwrap(), "1");
+        cache.invalidate();
+        assert_eq!(get(&cache, &calls).await.unwrap(), "2");
+        assert_eq!(get(&cache, &calls).await.unwrap(), "2");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(get(&cache, &calls).await.unwrap(), "3");
+    }
+
+    #[tokio::test]
+    async fn a_refill_overtaken_by_an_invalidation_is_answered_but_not_kept() {
+        let (cache, calls) = counted(Duration::from_secs(60));
+        let list = cache
+            .get_or_refill(|| async {
+                // A creation lands while the query runs.
+                cache.invalidate();
+                Ok(Bytes::from_static(b"old"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(list, "old");
+        assert_eq!(get(&cache, &calls).await.unwrap(), "1", "the old list was not kept");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_waiting_on_a_failed_refill_share_its_answer() {
+        let (cache, calls) = counted(Duration::from_secs(60));
+        let failing = |cache: Arc<ListCache>, calls: Arc<AtomicUsize>| async move {
+            cache
+                .get_or_refill(|| async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(ApiError::unavailable("database", anyhow::anyhow!("down")))
+                })
+                .await
+        };
+        let tasks: Vec<_> = (0..20).map(|_| tokio::spawn(failing(cache.clone(), calls.clone()))).collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap().unwrap_err().code, ErrorCode::Unavailable);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one try for all who waited");
+        // A caller arriving after the failure tries again.
+        assert_eq!(get(&cache, &calls).await.unwrap(), "2");
+    }
 }

@@ -6,6 +6,7 @@
 
 use lapin::BasicProperties;
 use seckill_common::amqp::{AmqpNames, Release};
+use seckill_common::trust::Peer;
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
 use seckill_infra::consumer::Inbox;
@@ -52,7 +53,7 @@ impl ReleaseHandler {
         let properties = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_message_id(release.order_key.to_string().into());
-        self.publisher.publish(&self.names.restock_queue(), &body, properties).await?;
+        self.publisher.publish(Peer::Seckill, &self.names.restock_queue(), &body, properties).await?;
         Ok(())
     }
 }

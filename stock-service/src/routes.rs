@@ -4,19 +4,32 @@ pub mod goods;
 pub mod internal;
 
 use actix_web::{HttpResponse, web};
+use seckill_common::trust::Peer;
 use seckill_db::PgPool;
+use seckill_web::trust::internal_route;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/readyz", web::get().to(readyz))
         .route("/api/goods", web::get().to(goods::list))
         .route("/api/goods/{goods_id}", web::get().to(goods::get))
-        .route("/api/admin/goods", web::post().to(goods::create))
-        .route("/internal/stock/deduct", web::post().to(internal::deduct))
-        .route("/internal/stock/deduct-batch", web::post().to(internal::deduct_batch))
-        .route("/internal/stock/release", web::post().to(internal::release))
+        // Each internal route names the one service it serves (seckill_web::trust).
+        .service(
+            internal_route("/internal/stock/goods", &[Peer::Seckill]).route(web::post().to(goods::create)),
+        )
+        .service(
+            internal_route("/internal/stock/deduct", &[Peer::Order]).route(web::post().to(internal::deduct)),
+        )
+        .service(
+            internal_route("/internal/stock/deduct-batch", &[Peer::Order])
+                .route(web::post().to(internal::deduct_batch)),
+        )
+        .service(
+            internal_route("/internal/stock/release", &[Peer::Order])
+                .route(web::post().to(internal::release)),
+        )
         // The keys of a sale's reservations in flight can outgrow the usual body limit.
         .service(
-            web::resource("/internal/stock/{goods_id}/held")
+            internal_route("/internal/stock/{goods_id}/held", &[Peer::Seckill])
                 .app_data(seckill_web::extract::json_config(internal::HELD_BODY_LIMIT))
                 .route(web::post().to(internal::held)),
         );

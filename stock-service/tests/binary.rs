@@ -7,12 +7,24 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use seckill_common::amqp::AmqpNames;
-use seckill_testkit::{TestDb, TestNames, amqp_url};
+use seckill_common::trust::Peer;
+use seckill_testkit::{TestDb, TestNames, amqp_url, keys};
 
 fn binary() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_stock-service"));
     // An empty folder: no config/stock-service.toml to find.
     cmd.current_dir(std::env::temp_dir()).env_remove("SECKILL_CONFIG").env_remove("RUST_LOG");
+    cmd
+}
+
+/// The link keys, as a container gets them from its Secret.
+fn with_keys(cmd: &mut Command) -> &mut Command {
+    let trust = keys::trust_settings(Peer::Stock);
+    for (dir, map) in [("SEND", &trust.send), ("ACCEPT", &trust.accept)] {
+        for (peer, key) in map {
+            cmd.env(format!("SECKILL__TRUST__{dir}__{}", peer.to_uppercase()), key);
+        }
+    }
     cmd
 }
 
@@ -22,7 +34,7 @@ async fn starts_from_environment_variables_alone_and_stops_on_sigterm() {
     let mut names = TestNames::new();
     let n = AmqpNames::new(names.amqp_prefix.clone());
     names.cleanup_amqp(n.all_queues(1_800, 1_000), Vec::new());
-    let mut child = binary()
+    let mut child = with_keys(&mut binary())
         .env("SECKILL__AMQP__URL", amqp_url())
         .env("SECKILL__AMQP__PREFIX", &names.amqp_prefix)
         .env("SECKILL__HTTP__HOST", "127.0.0.1")
@@ -67,6 +79,14 @@ fn a_bad_value_stops_it_with_the_key_named() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("port"), "names the key: {stderr}");
+}
+
+#[test]
+fn without_its_link_keys_it_does_not_start() {
+    let out = binary().env("SECKILL__DATABASE__URL", "postgres://127.0.0.1:1/none").output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("SECKILL__TRUST__"), "names the key: {stderr}");
 }
 
 #[tokio::test]

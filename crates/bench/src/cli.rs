@@ -383,7 +383,8 @@ pub struct FaultsArgs {
     pub redis_url: String,
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:55672/%2f")]
     pub amqp_url: String,
-    /// The gateway's port; seckill-, order- and stock-service take the next three.
+    /// The gateway's port; seckill-, order- and stock-service take the next three, the
+    /// gateway's admin listener the one after.
     #[arg(long, default_value_t = 58080)]
     pub http_port: u16,
     /// The psql program reading the databases for the checks.

@@ -655,8 +655,9 @@ pub fn render(c: &Collected) -> String {
 
     out.push_str("## Reproduce\n\n```sh\nscripts/bench.sh                 # the whole run: build, start, baselines, scenarios, this file, stop\nBENCH_QUICK=1 scripts/bench.sh   # smaller sizes, one run of each baseline\n```\n\nHow the system ran: phase A (seed, spike, hot-user) as `scripts/up.sh` starts it (`seckill.require_token = true`); \
          phase B (everything after) with seckill-service restarted alone with `SECKILL__SECKILL__REQUIRE_TOKEN=false`. \
-         The hop: `seckill-bench upstream --port 18083` and a second gateway, \
-         `SECKILL__HTTP__PORT=18080 SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:18083 target/release/gateway`. \
+         Both gateways with `SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC=1000000 SECKILL__RATE_LIMIT__ANONYMOUS_BURST=1000000` \
+         (the load comes from one address). The hop: `seckill-bench upstream --port 18083` and a second gateway, \
+         `SECKILL__HTTP__PORT=18080 SECKILL__ADMIN__PORT=19080 SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:18083 target/release/gateway`. \
          `seckill-bench` is `target/release/seckill-bench`. The commands, in order:\n\n```sh\n");
     let mut commands: Vec<(String, String)> = c
         .reports

@@ -54,7 +54,9 @@ pub struct HttpSettings {
 impl Default for HttpSettings {
     fn default() -> Self {
         Self {
-            host: "0.0.0.0".into(),
+            // Loopback unless told otherwise: a service is not reachable from the network by
+            // accident. Containers set SECKILL__HTTP__HOST=0.0.0.0.
+            host: "127.0.0.1".into(),
             port: None,
             workers: 0,
             body_limit_bytes: 64 * 1024,
@@ -177,11 +179,47 @@ impl Default for AmqpSettings {
 }
 
 /// `auth.*`. Secure by default: no dev tokens and no built-in secret.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthSettings {
     pub jwt_secret: Option<String>,
+    /// The secret being replaced, still accepted (never used to sign) while tokens it signed
+    /// live on: rotating `jwt_secret` logs nobody out.
+    pub jwt_previous_secret: Option<String>,
     pub dev_tokens: bool,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
+    /// When set, a token must carry this `iss` (and minted dev tokens carry it).
+    pub issuer: Option<String>,
+    /// When set, a token must carry this `aud` (and minted dev tokens carry it).
+    pub audience: Option<String>,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            jwt_secret: None,
+            jwt_previous_secret: None,
+            dev_tokens: false,
+            leeway_secs: 5,
+            issuer: None,
+            audience: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for AuthSettings {
+    // The secrets are never printed, only whether they are set.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
+            .field("jwt_previous_secret", &self.jwt_previous_secret.as_ref().map(|_| "<set>"))
+            .field("dev_tokens", &self.dev_tokens)
+            .field("leeway_secs", &self.leeway_secs)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish()
+    }
 }
 
 /// `upstreams.*`: base URLs of the other services, each a URL or a comma-separated list of

@@ -1,8 +1,9 @@
 //! Header names the services agree on.
 
-/// The authenticated user, set by the gateway (any client-sent copy is stripped).
+/// Identity headers of older versions, which services trusted unsigned: the gateway still
+/// strips client-sent copies, and no service reads them (the identity travels signed, in
+/// [`crate::trust::AUTH_HEADER`]).
 pub const USER_ID: &str = "x-user-id";
-/// `admin` or `user`, set by the gateway next to [`USER_ID`].
 pub const USER_ROLE: &str = "x-user-role";
 /// Carried from the gateway through every service and into message headers.
 pub const REQUEST_ID: &str = "x-request-id";

@@ -13,6 +13,7 @@ pub mod ids;
 pub mod keys;
 pub mod scripts;
 pub mod telemetry;
+pub mod trust;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use ids::{GoodsId, OrderId, UserId};

@@ -1,18 +1,24 @@
 //! PostgreSQL plumbing shared by the services that own a database (stock-service and
 //! order-service): the pool, its per-connection settings, creating the database on first start,
-//! embedded migrations without libpq, and the mapping of database errors to API errors.
+//! embedded migrations without libpq, TLS when `database.url` asks for it (see [`tls`]), and the
+//! mapping of database errors to API errors.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::ConnectionError;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 use seckill_common::ErrorCode;
 use seckill_common::config::DatabaseSettings;
 use seckill_web::ApiError;
+
+pub mod tls;
+
+pub use tls::PgTarget;
 
 pub type PgPool = Pool<AsyncPgConnection>;
 pub type PgConn = Object<AsyncPgConnection>;
@@ -29,11 +35,13 @@ pub use diesel_async::pooled_connection::deadpool::PoolError;
 /// little next to a batch of 200 rows.
 pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
     let statement_timeout_ms = settings.statement_timeout_ms;
+    // Read once: the TLS settings and root certificates serve every connection of the pool.
+    let target = Arc::new(PgTarget::parse(url)?);
     let mut manager_config = ManagerConfig::default();
-    manager_config.custom_setup = Box::new(move |url| {
-        let url = url.to_owned();
+    manager_config.custom_setup = Box::new(move |_url| {
+        let target = target.clone();
         Box::pin(async move {
-            let mut conn = AsyncPgConnection::establish(&url).await?;
+            let mut conn = target.connect().await?;
             conn.batch_execute(&format!(
                 "SET statement_timeout = {statement_timeout_ms}; SET plan_cache_mode = force_custom_plan"
             ))
@@ -58,8 +66,10 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
 /// nothing to do. Where the maintenance database cannot be reached (a managed database that
 /// only grants its own), it goes ahead without the lock.
 pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
-    let (server, name) = split_url(url)?;
-    let lock = match AsyncPgConnection::establish(&format!("{server}/postgres")).await {
+    // A wrong `sslmode` or CA file is said as such, not as a missing maintenance database.
+    PgTarget::parse(url)?;
+    let (_, name, _) = split_url(url)?;
+    let lock = match connect(&maintenance_url(url)?).await {
         Ok(mut conn) => {
             diesel::sql_query("SELECT pg_advisory_lock(hashtext('seckill-migrate:' || $1))")
                 .bind::<diesel::sql_types::Text, _>(name)
@@ -79,30 +89,42 @@ pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Resul
     Ok(())
 }
 
-/// `postgres://u:p@h:5432/name?x` -> (`postgres://u:p@h:5432`, `name`).
-fn split_url(url: &str) -> anyhow::Result<(&str, &str)> {
-    let (server, rest) =
-        url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
-    let name = rest.split('?').next().unwrap_or(rest);
+/// One connection to `url`, over TLS if its `sslmode` asks for it (see [`PgTarget`]).
+pub async fn connect(url: &str) -> diesel::ConnectionResult<AsyncPgConnection> {
+    PgTarget::parse(url)?.connect().await
+}
+
+/// `postgres://u:p@h:5432/name?x` -> (`postgres://u:p@h:5432`, `name`, `?x`). The query is cut
+/// first: a `sslrootcert` path in it has slashes too.
+fn split_url(url: &str) -> anyhow::Result<(&str, &str, &str)> {
+    let (base, query) = url.find('?').map_or((url, ""), |at| url.split_at(at));
+    let (server, name) =
+        base.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("database.url has no database name: {url}"))?;
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         anyhow::bail!("database name `{name}` must be letters, digits and underscores");
     }
-    Ok((server, name))
+    Ok((server, name, query))
+}
+
+/// The server's `postgres` database, reached the same way (TLS settings included) as `url`'s.
+fn maintenance_url(url: &str) -> anyhow::Result<String> {
+    let (server, _, query) = split_url(url)?;
+    Ok(format!("{server}/postgres{query}"))
 }
 
 /// Connects once to check the server answers; creates the database if it does not exist yet
 /// (so a fresh server needs no manual step). Creating needs the right to, which a managed
 /// production database usually gives only to its owner: there the database already exists.
 pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
-    match AsyncPgConnection::establish(url).await {
+    match connect(url).await {
         Ok(_) => return Ok(()),
         Err(e) if !e.to_string().contains("does not exist") => {
             return Err(anyhow::anyhow!("cannot connect to PostgreSQL: {e}"));
         }
         Err(_) => {}
     }
-    let (server, name) = split_url(url)?;
-    let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
+    let (_, name, _) = split_url(url)?;
+    let mut admin = connect(&maintenance_url(url)?)
         .await
         .map_err(|e| anyhow::anyhow!("cannot connect to the maintenance database: {e}"))?;
     match diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await {
@@ -118,9 +140,11 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
 /// harness is synchronous; PostgreSQL's own locking (the `__diesel_schema_migrations` insert in
 /// the migration's transaction) keeps two replicas from applying one migration twice.
 pub async fn run_migrations(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
-    let url = url.to_owned();
+    // Connected here (the wrapper's own `establish` is always plain), driven from the blocking
+    // thread through this runtime's handle.
+    let conn = connect(url).await?;
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut conn = <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)?;
+        let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
         let applied =
             conn.run_pending_migrations(migrations).map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
         for m in applied {
@@ -200,4 +224,24 @@ pub fn is_outage(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause.is::<PoolError>() || cause.downcast_ref::<diesel::result::Error>().is_some_and(outage)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_maintenance_database_is_reached_with_the_same_options() {
+        let url = "postgres://u:p@h:5432/orders?sslmode=verify-full&sslrootcert=/etc/seckill/ca.pem";
+        assert_eq!(
+            split_url(url).unwrap(),
+            ("postgres://u:p@h:5432", "orders", "?sslmode=verify-full&sslrootcert=/etc/seckill/ca.pem")
+        );
+        assert_eq!(
+            maintenance_url(url).unwrap(),
+            "postgres://u:p@h:5432/postgres?sslmode=verify-full&sslrootcert=/etc/seckill/ca.pem"
+        );
+        assert_eq!(maintenance_url("postgres://h/orders").unwrap(), "postgres://h/postgres");
+        assert!(split_url("postgres://h/or-ders?x=1").is_err());
+    }
 }

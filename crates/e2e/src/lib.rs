@@ -16,10 +16,11 @@ use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
 use seckill_common::config::HttpSettings;
 use seckill_common::keys::RedisKeys;
-use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, redis_url};
+use seckill_common::trust::Peer;
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, keys, redis_url};
 use serde_json::{Value, json};
 
-pub const JWT_SECRET: &str = "e2e-test-secret";
+pub const JWT_SECRET: &str = "e2e-test-jwt-secret-at-least-32-bytes-long";
 
 fn http_settings() -> HttpSettings {
     HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
@@ -109,6 +110,7 @@ pub fn spawn_system_with(options: Options) -> System {
         http: http_settings(),
         database: database(&stock_db),
         amqp: amqp.clone(),
+        trust: keys::trust_settings(Peer::Stock),
         ..Default::default()
     };
     let stock = RunningService::start(move || stock_service::startup::build(s));
@@ -138,6 +140,7 @@ pub fn spawn_system_with(options: Options) -> System {
                     rebuild_settle_ms: 500,
                     ..Default::default()
                 },
+                trust: keys::trust_settings(Peer::Seckill),
                 ..Default::default()
             };
             RunningService::start(move || seckill_service::startup::build(s))
@@ -157,6 +160,7 @@ pub fn spawn_system_with(options: Options) -> System {
             sweep_grace_secs: 3,
             ..Default::default()
         },
+        trust: keys::trust_settings(Peer::Order),
         ..Default::default()
     };
     let s = order_settings.clone();
@@ -166,8 +170,19 @@ pub fn spawn_system_with(options: Options) -> System {
     let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
     let s = gateway::configuration::Settings {
         http: http_settings(),
-        auth: seckill_common::config::AuthSettings { jwt_secret: Some(JWT_SECRET.into()), dev_tokens: true },
+        auth: seckill_common::config::AuthSettings {
+            jwt_secret: Some(JWT_SECRET.into()),
+            dev_tokens: true,
+            ..Default::default()
+        },
         upstreams: upstreams(&replicas.join(","), &order_url),
+        // Every buyer of a test mints a dev token from the one loopback address.
+        rate_limit: gateway::configuration::RateLimitSettings {
+            anonymous_per_sec: 1_000_000,
+            anonymous_burst: 1_000_000,
+            ..Default::default()
+        },
+        trust: keys::trust_settings(Peer::Gateway),
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));
@@ -271,6 +286,11 @@ impl System {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway.url())
+    }
+
+    /// order-service's own address (through the relay that outlives its restarts).
+    pub fn order_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.order_relay.port)
     }
 
     pub async fn dev_token(&self, user: i64, role: &str) -> String {
@@ -513,7 +533,23 @@ impl System {
     }
 
     /// Publishes a raw body to a queue of this test, as a foreign or broken publisher would.
+    /// Publishes `body` as `from` would, signed for `to` (the queue's consumer).
+    pub async fn publish_as(&self, from: Peer, to: Peer, queue: &str, body: &[u8]) {
+        let signature = keys::trust(from).sign_message(to, body);
+        let mut headers = lapin::types::FieldTable::default();
+        headers.insert(
+            seckill_common::trust::SIGNATURE_HEADER.into(),
+            lapin::types::AMQPValue::LongString(signature.into()),
+        );
+        self.publish_with(queue, body, lapin::BasicProperties::default().with_headers(headers)).await;
+    }
+
+    /// Publishes `body` unsigned, as an intruder on the broker would.
     pub async fn publish_raw(&self, queue: &str, body: &[u8]) {
+        self.publish_with(queue, body, lapin::BasicProperties::default()).await;
+    }
+
+    async fn publish_with(&self, queue: &str, body: &[u8], properties: lapin::BasicProperties) {
         let conn =
             lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
         let channel = conn.create_channel().await.unwrap();
@@ -524,7 +560,7 @@ impl System {
                 queue.into(),
                 Default::default(),
                 body,
-                lapin::BasicProperties::default().with_delivery_mode(2),
+                properties.with_delivery_mode(2),
             )
             .await
             .unwrap()

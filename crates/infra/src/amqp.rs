@@ -13,6 +13,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use seckill_common::amqp::{AmqpNames, dead_queue, retry_queue};
 use seckill_common::config::AmqpSettings;
+use seckill_common::trust::{Peer, SIGNATURE_HEADER, Trust};
 use tokio::sync::{Mutex, RwLock};
 
 /// Opens a connection named after the service (shown by `rabbitmqctl list_connections`).
@@ -142,6 +143,8 @@ struct Link {
 /// confirms fast (one at a time they cost a disk flush each).
 pub struct Publisher {
     settings: AmqpSettings,
+    /// Signs every message with the key of the link to its receiver.
+    trust: Arc<Trust>,
     names: AmqpNames,
     service: String,
     declares: Vec<Declare>,
@@ -158,12 +161,14 @@ impl Publisher {
     pub async fn connect(
         settings: &AmqpSettings,
         service: &str,
+        trust: Arc<Trust>,
         declares: Vec<Declare>,
     ) -> anyhow::Result<Self> {
         let names = AmqpNames::new(settings.prefix.clone());
         let link = open_link(settings, &names, service, &declares).await?;
         Ok(Self {
             settings: settings.clone(),
+            trust,
             names,
             service: service.to_owned(),
             declares,
@@ -181,20 +186,23 @@ impl Publisher {
         self.link.read().await.connection.status().connected()
     }
 
-    /// Publishes `body` to `queue` through the default exchange, persistent and mandatory, and
-    /// returns once the broker confirmed it (or fails; then the broker may or may not hold it).
+    /// Publishes `body` to `queue` through the default exchange, persistent and mandatory,
+    /// signed for `to` (the service that consumes the queue), and returns once the broker
+    /// confirmed it (or fails; then the broker may or may not hold it).
     pub async fn publish(
         &self,
+        to: Peer,
         queue: &str,
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<(), PublishError> {
-        self.publish_to("", queue, body, properties).await
+        self.publish_to(to, "", queue, body, properties).await
     }
 
     /// As [`Self::publish`], to an exchange.
     pub async fn publish_to(
         &self,
+        to: Peer,
         exchange: &str,
         routing_key: &str,
         body: &[u8],
@@ -203,7 +211,12 @@ impl Publisher {
         let timeout = Duration::from_millis(self.settings.confirm_timeout_ms);
         let link = self.current_link().await?;
         let channel = &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];
-        let properties = properties.with_delivery_mode(2);
+        let mut headers = properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            SIGNATURE_HEADER.into(),
+            AMQPValue::LongString(LongString::from(self.trust.sign_message(to, body))),
+        );
+        let properties = properties.with_headers(headers).with_delivery_mode(2);
         let confirmed = tokio::time::timeout(timeout, async {
             let confirm = channel
                 .basic_publish(

@@ -7,6 +7,7 @@
 //! `amqp.max_attempts`, through the queue's retry queue), or dead-letter with a log line.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -19,6 +20,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
 use seckill_common::amqp::{AmqpNames, decode, retry_queue};
 use seckill_common::config::AmqpSettings;
+use seckill_common::trust::{Peer, SIGNATURE_HEADER, Trust};
 use tokio_util::sync::CancellationToken;
 
 use crate::amqp::{Declare, connect, declare};
@@ -40,6 +42,10 @@ pub struct ConsumerSpec {
     /// For logs and the broker's connection list.
     pub name: String,
     pub source: Source,
+    /// The one service allowed to send to this queue; any other message is refused.
+    pub from: Peer,
+    /// Checks each message's signature before the handler sees it.
+    pub trust: Arc<Trust>,
     pub declares: Vec<Declare>,
     /// Unacked messages the broker hands over at once: the backpressure.
     pub prefetch: u16,
@@ -113,6 +119,32 @@ impl Inbox {
             body = %String::from_utf8_lossy(&delivery.data), reason = why, "message sent to the dead-letter queue");
         metrics::counter!("amqp_messages_dead_lettered_total", "queue" => self.queue.clone()).increment(1);
         self.channel.basic_reject(delivery.delivery_tag, BasicRejectOptions { requeue: false }).await
+    }
+
+    /// Dead-letters every delivery not signed by `from` (forged, altered, unsigned, or from
+    /// another service) and keeps the rest: a handler never sees a message whose sender it
+    /// cannot name.
+    pub async fn refuse_strangers(&mut self, trust: &Trust, from: Peer) -> lapin::Result<()> {
+        let mut kept = Vec::with_capacity(self.deliveries.len());
+        for d in std::mem::take(&mut self.deliveries) {
+            let signature =
+                d.properties.headers().as_ref().and_then(|h| match h.inner().get(SIGNATURE_HEADER) {
+                    Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
+                    _ => None,
+                });
+            match trust.verify_message(from, signature.as_deref(), &d.data) {
+                Ok(()) => kept.push(d),
+                Err(why) => {
+                    metrics::counter!("amqp_messages_refused_total", "queue" => self.queue.clone(), "reason" => why.label())
+                        .increment(1);
+                    tracing::warn!(queue = %self.queue, expected = %from, reason = %why,
+                        "message refused: not signed by the service that sends to this queue");
+                    self.channel.basic_reject(d.delivery_tag, BasicRejectOptions { requeue: false }).await?;
+                }
+            }
+        }
+        self.deliveries = kept;
+        Ok(())
     }
 
     /// Puts a copy with the next try number in the retry queue (confirmed), then acks the
@@ -281,13 +313,16 @@ where
             anyhow::bail!("the broker ended the consumer");
         };
         let deliveries = batch.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let inbox = Inbox {
+        let mut inbox = Inbox {
             deliveries,
             channel: channel.clone(),
             publisher: publisher.clone(),
             queue: queue.clone(),
             settings: settings.clone(),
         };
-        handle(inbox).await?;
+        inbox.refuse_strangers(&spec.trust, spec.from).await?;
+        if !inbox.deliveries.is_empty() {
+            handle(inbox).await?;
+        }
     }
 }

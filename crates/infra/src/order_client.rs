@@ -2,9 +2,12 @@
 //! lost what it knew: a buyer's active order for the result poll, every active order of a sale
 //! for a rebuild, the count for the audit.
 
+use std::sync::Arc;
+
 use reqwest::Method;
 use seckill_common::api::{ActiveOrder, OrderCount};
 use seckill_common::config::UpstreamSettings;
+use seckill_common::trust::{Peer, Trust};
 use seckill_common::{GoodsId, UserId};
 
 use crate::upstream::Upstream;
@@ -18,9 +21,11 @@ pub struct OrderClient {
 }
 
 impl OrderClient {
-    pub fn new(settings: &UpstreamSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: &UpstreamSettings, trust: Arc<Trust>) -> anyhow::Result<Self> {
         let upstream = Upstream::new(
             "order-service",
+            trust,
+            Peer::Order,
             &settings.order,
             "upstreams.order (SECKILL__UPSTREAMS__ORDER)",
             settings,

@@ -15,7 +15,15 @@ pub type Redis = ConnectionManager;
 /// attempt is not retried inside the call: the next call tries again, so a Redis outage
 /// while running is a quick 503 per request, not a hang, and the connection comes back with
 /// Redis.
+///
+/// `rediss://` connects over TLS, checking the certificate against the system's roots (or
+/// `SSL_CERT_FILE`) and the URL's host name.
 pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
+    if settings.url.starts_with("rediss:") {
+        // redis builds its rustls config from the process's provider: name aws-lc-rs (reqwest's
+        // and lapin's) rather than rely on it being the only one compiled in. Already set: fine.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
     let client = Client::open(settings.url.as_str())?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.timeout()))

@@ -1,13 +1,16 @@
 //! The typed client of stock-service's API, used by seckill-service (goods, sale creation,
 //! the authority's counts) and order-service (goods, deduct, release).
 
+use std::sync::Arc;
+
 use reqwest::Method;
+use seckill_common::GoodsId;
 use seckill_common::api::{
     DeductBatchRequest, DeductBatchResponse, DeductItemResult, DeductRequest, Goods, HeldRequest,
     HeldResponse, NewGoods, ReleaseRequest, ReleaseResponse,
 };
 use seckill_common::config::UpstreamSettings;
-use seckill_common::{GoodsId, headers};
+use seckill_common::trust::{Peer, Trust};
 
 use crate::upstream::Upstream;
 pub use crate::upstream::UpstreamError as StockError;
@@ -17,9 +20,11 @@ pub struct StockClient {
 }
 
 impl StockClient {
-    pub fn new(settings: &UpstreamSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: &UpstreamSettings, trust: Arc<Trust>) -> anyhow::Result<Self> {
         let upstream = Upstream::new(
             "stock-service",
+            trust,
+            Peer::Stock,
             &settings.stock,
             "upstreams.stock (SECKILL__UPSTREAMS__STOCK)",
             settings,
@@ -40,11 +45,10 @@ impl StockClient {
         self.upstream.retried::<(), _>(Method::GET, "/api/goods", None).await
     }
 
-    /// Creates a sale on behalf of an admin (stock-service checks the role again). Not
-    /// idempotent, so not retried: a failure is reported to the admin, who may try again.
-    pub async fn create_goods(&self, new: &NewGoods, user_id: &str, role: &str) -> Result<Goods, StockError> {
-        let extra = [(headers::USER_ID, user_id.to_owned()), (headers::USER_ROLE, role.to_owned())];
-        self.upstream.call(Method::POST, "/api/admin/goods", Some(new), &extra).await
+    /// Creates a sale (seckill-service checked that an admin asked). Not idempotent, so not
+    /// retried: a failure is reported to the admin, who may try again.
+    pub async fn create_goods(&self, new: &NewGoods) -> Result<Goods, StockError> {
+        self.upstream.call(Method::POST, "/internal/stock/goods", Some(new), &[]).await
     }
 
     /// Deducts many keys in one call; idempotent on each key, so retried.

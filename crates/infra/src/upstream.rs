@@ -2,6 +2,7 @@
 //! with exponential backoff on connect errors, timeouts and 5xx answers. The typed clients
 //! (`stock_client`, `order_client`) are built on it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use backon::{ExponentialBuilder, Retryable};
 use reqwest::Method;
 use seckill_common::ErrorBody;
 use seckill_common::config::{UpstreamSettings, split_urls};
+use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -38,6 +40,9 @@ impl UpstreamError {
 pub struct Upstream {
     /// For messages: `stock-service`, `order-service`.
     service: &'static str,
+    /// Signs each call with the key of the link to `to`.
+    trust: Arc<Trust>,
+    to: Peer,
     http: reqwest::Client,
     replicas: Vec<String>,
     next: AtomicUsize,
@@ -48,6 +53,8 @@ impl Upstream {
     /// `urls` is a URL or a comma-separated list of replicas; `key` names its setting.
     pub fn new(
         service: &'static str,
+        trust: Arc<Trust>,
+        to: Peer,
         urls: &str,
         key: &str,
         settings: &UpstreamSettings,
@@ -65,7 +72,7 @@ impl Upstream {
             .with_max_delay(Duration::from_secs(2))
             .with_max_times(5)
             .with_jitter();
-        Ok(Self { service, http, replicas, next: AtomicUsize::new(0), backoff })
+        Ok(Self { service, trust, to, http, replicas, next: AtomicUsize::new(0), backoff })
     }
 
     fn base(&self) -> &str {
@@ -80,7 +87,15 @@ impl Upstream {
         body: Option<&B>,
         extra: &[(&'static str, String)],
     ) -> Result<T, UpstreamError> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base()));
+        // Signed per attempt: a retry after a backoff gets a fresh expiry.
+        let facts = RequestFacts {
+            method: method.as_str(),
+            path: path.split_once('?').map_or(path, |(p, _)| p),
+            request_id: "",
+        };
+        let credential = self.trust.sign_request(self.to, &facts, None);
+        let mut req =
+            self.http.request(method, format!("{}{path}", self.base())).header(AUTH_HEADER, credential);
         if let Some(body) = body {
             req = req.json(body);
         }

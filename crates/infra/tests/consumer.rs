@@ -1,15 +1,19 @@
 //! The generic consumer against a real RabbitMQ: bounded retries through the retry queue, then
-//! the dead letters; outages requeued without counting a try.
+//! the dead letters; outages requeued without counting a try; messages not signed by the queue's
+//! one sender refused before any handler sees them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
 use seckill_common::amqp::{AmqpNames, dead_queue, retry_queue};
 use seckill_common::config::AmqpSettings;
+use seckill_common::trust::{Peer, SIGNATURE_HEADER};
 use seckill_infra::amqp::Declare;
 use seckill_infra::consumer::{self, ConsumerSpec, Inbox, Retry, Source};
-use seckill_testkit::{TestNames, amqp_url};
+use seckill_testkit::{TestNames, amqp_url, keys};
 use tokio_util::sync::CancellationToken;
 
 struct Fixture {
@@ -53,14 +57,24 @@ async fn fixture_with(quorum_queues: bool) -> Fixture {
 }
 
 impl Fixture {
+    /// Publishes as stock-service, the one sender of the restock queue.
     async fn publish(&self, body: &[u8]) {
+        let signature = keys::trust(Peer::Stock).sign_message(Peer::Seckill, body);
+        self.publish_with(body, Some(signature)).await;
+    }
+
+    async fn publish_with(&self, body: &[u8], signature: Option<String>) {
+        let mut headers = FieldTable::default();
+        if let Some(s) = signature {
+            headers.insert(SIGNATURE_HEADER.into(), AMQPValue::LongString(LongString::from(s)));
+        }
         self.channel
             .basic_publish(
                 "".into(),
                 self.queue.as_str().into(),
                 Default::default(),
                 body,
-                Default::default(),
+                BasicProperties::default().with_headers(headers),
             )
             .await
             .unwrap();
@@ -82,6 +96,8 @@ impl Fixture {
         ConsumerSpec {
             name: "test-consumer".into(),
             source: Source::Queue(self.queue.clone()),
+            from: Peer::Stock,
+            trust: keys::trust(Peer::Seckill),
             declares: vec![Declare::WorkQueue(self.queue.clone())],
             prefetch: 10,
             batch_size: 10,
@@ -166,6 +182,38 @@ async fn a_requeued_message_comes_back_without_counting_a_try_and_then_succeeds(
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(f.depth(&f.queue).await, 0);
     assert_eq!(f.depth(&dead_queue(&f.queue)).await, 0);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn messages_not_from_the_queues_sender_are_dead_before_any_handler_sees_them() {
+    let f = fixture().await;
+    let handled = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cancel = CancellationToken::new();
+    let seen = handled.clone();
+    let task =
+        tokio::spawn(consumer::run(f.settings.clone(), f.spec(), cancel.clone(), move |inbox: Inbox| {
+            let seen = seen.clone();
+            async move {
+                for d in &inbox.deliveries {
+                    seen.lock().unwrap().push(d.data.clone());
+                    inbox.ack(d).await?;
+                }
+                Ok(())
+            }
+        }));
+    let body = br#"{"v":1}"#;
+    // Unsigned; signed by order-service (a real key, of another link); altered after signing;
+    // garbage in the header.
+    f.publish_with(body, None).await;
+    f.publish_with(body, Some(keys::trust(Peer::Order).sign_message(Peer::Seckill, body))).await;
+    f.publish_with(b"{\"v\":2}", Some(keys::trust(Peer::Stock).sign_message(Peer::Seckill, body))).await;
+    f.publish_with(body, Some("v1.stock.not-a-tag".into())).await;
+    f.publish(b"genuine").await;
+    eventually("four refused", async || f.depth(&dead_queue(&f.queue)).await == 4).await;
+    eventually("the genuine one handled", async || handled.lock().unwrap().len() == 1).await;
+    assert_eq!(handled.lock().unwrap().as_slice(), [b"genuine".to_vec()]);
     cancel.cancel();
     task.await.unwrap();
 }

@@ -12,6 +12,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use seckill_web::Application;
 use tokio::sync::oneshot;
 
+pub mod keys;
+pub mod tls;
+
 pub fn database_server_url() -> String {
     std::env::var("SECKILL_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432".into())

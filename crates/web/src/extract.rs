@@ -6,7 +6,8 @@ use actix_web::dev::Payload;
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::{FromRequest, HttpRequest, web};
 use seckill_common::api::Role;
-use seckill_common::{ErrorCode, UserId, headers};
+use seckill_common::trust::{Caller, Peer};
+use seckill_common::{ErrorCode, UserId};
 
 use crate::ApiError;
 
@@ -38,8 +39,8 @@ pub fn query_config() -> web::QueryConfig {
     })
 }
 
-/// The caller as the gateway vouched for it (`x-user-id`, `x-user-role`). Only the gateway is
-/// reachable from outside, and it strips client-sent copies of these headers.
+/// The user the gateway vouched for, in the request's signed credential (see [`crate::trust`]).
+/// Only the gateway can vouch for a user: a service's own credential carries none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthUser {
     pub id: UserId,
@@ -65,15 +66,8 @@ impl FromRequest for AuthUser {
 }
 
 fn auth_user(req: &HttpRequest) -> Result<AuthUser, ApiError> {
-    let id = req
-        .headers()
-        .get(headers::USER_ID)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<UserId>().ok())
-        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "a bearer token is required"))?;
-    let role = match req.headers().get(headers::USER_ROLE).map(|v| v.as_bytes()) {
-        Some(b"admin") => Role::Admin,
-        _ => Role::User,
-    };
-    Ok(AuthUser { id, role })
+    match crate::trust::caller(req) {
+        Some(Caller { peer: Peer::Gateway, user: Some((id, role)) }) => Ok(AuthUser { id, role }),
+        _ => Err(ApiError::new(ErrorCode::Unauthorized, "a bearer token is required")),
+    }
 }

@@ -2,13 +2,15 @@
 //! 4xx answers, request ids, Prometheus metrics, health routes, and an HTTP server with a
 //! graceful shutdown that also waits for the service's background tasks.
 
+pub mod admin;
 pub mod error;
 pub mod extract;
 pub mod health;
 pub mod metrics;
 pub mod request_id;
 pub mod server;
+pub mod trust;
 
 pub use error::ApiError;
 pub use extract::AuthUser;
-pub use server::{Application, Lifecycle, serve, shutdown_signal};
+pub use server::{Application, Door, Lifecycle, serve, shutdown_signal};

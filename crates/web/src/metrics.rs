@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{Error, HttpResponse, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -51,19 +52,78 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/metrics", web::get().to(render));
 }
 
-/// Counts requests and records their latency, labelled by route pattern (not raw path, to keep
-/// the label set small) and status.
+/// Counts requests and records their latency, labelled by method, route pattern and status.
+/// Every label comes from a bounded set, never from the client's text: a client that could mint
+/// label values (a raw path, a made-up method) would grow the series without end.
 pub async fn middleware(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, Error> {
     let started = Instant::now();
-    let method = req.method().as_str().to_owned();
+    let method = method_label(req.method()).to_owned();
     let res = next.call(req).await?;
+    // The registered pattern (`/api/orders/{id}`), not the path; "unmatched" for the rest.
     let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
     let status = res.status().as_u16().to_string();
     let labels = [("method", method), ("route", route), ("status", status)];
     metrics::counter!("http_requests_total", &labels).increment(1);
     metrics::histogram!("http_request_duration_seconds", &labels).record(started.elapsed().as_secs_f64());
     Ok(res)
+}
+
+/// The standard methods by name; any other (HTTP allows custom ones) is "OTHER".
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::test::{self, TestRequest};
+    use actix_web::{App, HttpResponse, middleware::from_fn, web};
+
+    use super::*;
+
+    #[test]
+    fn methods_outside_the_standard_set_are_other() {
+        for m in ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"] {
+            assert_eq!(method_label(&Method::from_bytes(m.as_bytes()).unwrap()), m);
+        }
+        for m in ["TRACE", "CONNECT", "PROPFIND", "X-RANDOM-123", "get"] {
+            assert_eq!(method_label(&Method::from_bytes(m.as_bytes()).unwrap()), "OTHER", "{m}");
+        }
+    }
+
+    #[actix_web::test]
+    async fn labels_are_the_pattern_and_a_known_method() {
+        let app = test::init_service(
+            App::new()
+                .wrap(from_fn(middleware))
+                .route("/items/{id}", web::get().to(HttpResponse::Ok))
+                .default_service(web::to(HttpResponse::NotFound)),
+        )
+        .await;
+        handle();
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let req = TestRequest::get().uri(&format!("/items/{tag}")).to_request();
+        assert_eq!(test::call_service(&app, req).await.status(), 200);
+        let req = TestRequest::default()
+            .method(Method::from_bytes(format!("M{tag}").as_bytes()).unwrap())
+            .uri(&format!("/nowhere/{tag}"))
+            .to_request();
+        assert_eq!(test::call_service(&app, req).await.status(), 404);
+
+        let text = handle().render();
+        assert!(!text.contains(&tag), "a client-chosen value became a label");
+        assert!(text.contains(r#"method="GET",route="/items/{id}",status="200""#), "{text}");
+        assert!(text.contains(r#"method="OTHER",route="unmatched",status="404""#), "{text}");
+    }
 }

@@ -2,27 +2,54 @@
 //! background tasks in the right order.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use actix_web::dev::Server;
-use actix_web::middleware::from_fn;
+use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use seckill_common::ErrorCode;
 use seckill_common::config::HttpSettings;
+use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::{ApiError, extract, health, metrics, request_id};
 
+/// Who may call a server: every request but the probes needs a credential checked against
+/// these keys ([`crate::trust`]), or, for the gateway alone, anyone may.
+#[derive(Debug, Clone)]
+pub enum Door {
+    Trusted(Arc<Trust>),
+    /// The public edge: the gateway checks its callers' bearer tokens itself.
+    Public,
+}
+
 /// Binds the server (port 0 asks the OS) and returns it unstarted with the port it got.
 /// `configure` adds the service's own routes and app data to every worker's app.
-pub fn serve<F>(settings: &HttpSettings, standard_port: u16, configure: F) -> std::io::Result<(Server, u16)>
+pub fn serve<F>(
+    settings: &HttpSettings,
+    standard_port: u16,
+    door: Door,
+    configure: F,
+) -> std::io::Result<(Server, u16)>
 where
     F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
 {
     metrics::handle();
     let limit = settings.body_limit_bytes;
+    let trust = match door {
+        Door::Trusted(trust) => Some(web::Data::new(trust)),
+        Door::Public => None,
+    };
     let mut server = HttpServer::new(move || {
-        App::new()
+        let checked = trust.is_some();
+        let app = match &trust {
+            Some(trust) => App::new().app_data(trust.clone()),
+            None => App::new(),
+        };
+        app
+            // Innermost: a refused request still gets its request id and is counted.
+            .wrap(Condition::new(checked, from_fn(crate::trust::middleware)))
             .wrap(from_fn(metrics::middleware))
             .wrap(from_fn(request_id::middleware))
             .app_data(extract::json_config(limit))
@@ -30,7 +57,13 @@ where
             .app_data(extract::query_config())
             .app_data(web::PayloadConfig::new(limit))
             .configure(health::routes)
-            .configure(metrics::routes)
+            // The public edge shows no metrics to outsiders: the gateway serves them on its
+            // admin listener (`crate::admin`).
+            .configure(move |cfg| {
+                if checked {
+                    metrics::routes(cfg);
+                }
+            })
             .configure(configure.clone())
             .default_service(web::to(not_found))
     })
@@ -77,11 +110,21 @@ pub struct Application {
     port: u16,
     server: Server,
     lifecycle: Lifecycle,
+    /// Servers run next to the main one (the gateway's admin listener); stopped after it.
+    extra: Vec<Server>,
 }
 
 impl Application {
     pub fn new(port: u16, server: Server, lifecycle: Lifecycle) -> Self {
-        Self { port, server, lifecycle }
+        Self { port, server, lifecycle, extra: Vec::new() }
+    }
+
+    /// Runs `server` (bound, not yet running) alongside the main one, from
+    /// `run_until_stopped` until the main one has drained.
+    #[must_use]
+    pub fn with_extra_server(mut self, server: Server) -> Self {
+        self.extra.push(server);
+        self
     }
 
     /// The port the server got (the real one when port 0 was asked for).
@@ -93,7 +136,8 @@ impl Application {
     /// lets in-flight requests finish, and only then cancels and awaits the background tasks,
     /// so a consumer finishes and acks what it holds.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        let Self { server, lifecycle, .. } = self;
+        let Self { server, lifecycle, extra, .. } = self;
+        let extra: Vec<_> = extra.into_iter().map(|s| (s.handle(), tokio::spawn(s))).collect();
         let handle = server.handle();
         let mut server = std::pin::pin!(server);
         let result = tokio::select! {
@@ -106,6 +150,15 @@ impl Application {
                 server.await
             }
         };
+        for (handle, running) in extra {
+            // Spawned, so polled elsewhere: awaiting the stop itself is fine here.
+            handle.stop(true).await;
+            match running.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "an extra server failed"),
+                Err(e) => tracing::warn!(error = %e, "an extra server's task failed"),
+            }
+        }
         lifecycle.cancel.cancel();
         lifecycle.tasks.close();
         lifecycle.tasks.wait().await;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::{Echo, TestApp, assert_error, echoed, refused_url, settings, spawn_app, user_token};
 
@@ -90,35 +90,77 @@ async fn readyz_is_ready_when_every_upstream_has_a_live_replica() {
     let res = app.get("/readyz").send().await.unwrap();
 
     assert_eq!(res.status(), 200);
+    assert_eq!(res.json::<Value>().await.unwrap(), json!({"status": "ready"}));
+    let res = app.admin_get("/readyz").send().await.unwrap();
+    assert_eq!(res.status(), 200);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["status"], "ready");
     assert_eq!(body["checks"]["order"], "ok");
 }
 
 #[tokio::test]
-async fn readyz_stays_ready_but_names_an_upstream_without_a_live_replica() {
+async fn readyz_stays_ready_with_an_upstream_down_and_only_the_admin_port_names_it() {
     let live = Echo::new("live").start();
-    let app = TestApp::start(settings(&live.url(), &live.url(), &refused_url()), vec![live]);
+    let dead = refused_url();
+    let app = TestApp::start(settings(&live.url(), &live.url(), &dead), vec![live]);
 
     let res = app.get("/readyz").send().await.unwrap();
 
     assert_eq!(res.status(), 200, "one service down is answered per route, not by leaving the pool");
+    let text = res.text().await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"status": "ready"}));
+    assert_tells_nothing_inside(&text, &dead);
+
+    let res = app.admin_get("/readyz").send().await.unwrap();
+    assert_eq!(res.status(), 200);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["status"], "degraded");
     assert_eq!(body["checks"]["seckill"], "ok");
     assert_eq!(body["checks"]["order"], "ok");
-    assert_ne!(body["checks"]["stock"], "ok");
+    assert!(body["checks"]["stock"].as_str().unwrap().contains(&dead), "{body}");
 }
 
 #[tokio::test]
 async fn readyz_is_unavailable_when_no_upstream_answers() {
-    let app = TestApp::start(settings(&refused_url(), &refused_url(), &refused_url()), vec![]);
+    let urls = [refused_url(), refused_url(), refused_url()];
+    let app = TestApp::start(settings(&urls[0], &urls[1], &urls[2]), vec![]);
 
     let res = app.get("/readyz").send().await.unwrap();
 
     assert_eq!(res.status(), 503);
+    let text = res.text().await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"status": "unavailable"}));
+    for url in &urls {
+        assert_tells_nothing_inside(&text, url);
+    }
+    let res = app.admin_get("/readyz").send().await.unwrap();
+    assert_eq!(res.status(), 503);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["status"], "unavailable");
+    assert!(body["checks"]["order"].as_str().unwrap().contains(&urls[1]), "{body}");
+}
+
+/// No upstream's name, replica URL or error in a public answer.
+fn assert_tells_nothing_inside(text: &str, replica: &str) {
+    for inside in ["seckill", "order", "stock", "checks", "127.0.0.1", replica, "refused", "degraded"] {
+        assert!(!text.contains(inside), "the public /readyz says {inside:?}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_are_served_on_the_admin_port_only() {
+    let app = spawn_app();
+    // Something to count first.
+    assert_eq!(app.get("/healthz").send().await.unwrap().status(), 200);
+
+    assert_error(app.get("/metrics").send().await.unwrap(), 404, "NOT_FOUND").await;
+    let res = app.admin_get("/metrics").send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
+    assert!(text.contains("http_requests_total"), "{text}");
+    // The admin listener answers its own routes and nothing of the public API.
+    assert_eq!(app.admin_get("/healthz").send().await.unwrap().status(), 200);
+    assert_error(app.admin_get("/api/goods").send().await.unwrap(), 404, "NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -128,7 +170,7 @@ async fn refused_connections_are_counted_in_the_metrics() {
     let res = app.get("/api/seckill/1/result").bearer_auth(user_token(5)).send().await.unwrap();
     assert_eq!(res.status(), 503);
 
-    let metrics = app.get("/metrics").send().await.unwrap().text().await.unwrap();
+    let metrics = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
 
     // The recorder is per process; other tests may add to the count, never remove the line.
     let line = metrics
@@ -152,7 +194,7 @@ async fn concurrent_requests_each_reach_the_upstream_as_their_own_user() {
     let results = futures_util::stream::iter(1..=200i64)
         .map(|user| async move {
             let res = app.get("/api/orders").bearer_auth(user_token(user)).send().await.unwrap();
-            (user, echoed(res).await["headers"]["x-user-id"].clone())
+            (user, echoed(res).await["user"]["id"].clone())
         })
         .buffer_unordered(20)
         .collect::<Vec<_>>()
@@ -160,6 +202,6 @@ async fn concurrent_requests_each_reach_the_upstream_as_their_own_user() {
 
     assert_eq!(results.len(), 200);
     for (user, seen) in results {
-        assert_eq!(seen, user.to_string(), "user {user} reached the upstream as {seen}");
+        assert_eq!(seen, user, "user {user} reached the upstream as {seen}");
     }
 }

@@ -8,12 +8,13 @@ use gateway::configuration::Settings;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use seckill_common::ErrorBody;
 use seckill_common::config::HttpSettings;
-use seckill_testkit::RunningService;
-use seckill_web::{Application, Lifecycle};
+use seckill_common::trust::Peer;
+use seckill_testkit::{RunningService, keys};
+use seckill_web::{Application, Door, Lifecycle};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const SECRET: &str = "gateway-test-secret";
+pub const SECRET: &str = "gateway-test-jwt-secret-at-least-32-bytes";
 
 /// How an echo upstream answers every path but `/healthz` and `/metrics`.
 #[derive(Debug, Clone)]
@@ -51,10 +52,14 @@ impl Echo {
         self
     }
 
-    /// Starts it on its own thread and port.
+    /// Starts it on its own thread and port. An echo named after a service (`seckill`,
+    /// `order-live`, `stock-a`) checks the gateway's credential as that service would; others
+    /// (`other`, `slow`) take anything.
     pub fn start(self) -> RunningService {
+        let me = self.name.split('-').next().and_then(Peer::parse);
         RunningService::start(move || async move {
-            let (server, port) = seckill_web::serve(&test_http(), 0, move |cfg| {
+            let door = me.map_or(Door::Public, |me| Door::Trusted(keys::trust(me)));
+            let (server, port) = seckill_web::serve(&test_http(), 0, door, move |cfg| {
                 cfg.app_data(web::Data::new(self.clone())).service(web::resource("/{tail:.*}").to(echo));
             })?;
             Ok(Application::new(port, server, Lifecycle::new()))
@@ -62,8 +67,9 @@ impl Echo {
     }
 }
 
-/// Answers with what it received: `{"upstream", "method", "path", "query", "headers", "body"}`
-/// (repeated headers joined with ", "), unless the `Echo` gives a fixed body.
+/// Answers with what it received: `{"upstream", "method", "path", "query", "headers", "body",
+/// "caller", "user"}` (repeated headers joined with ", "; `user` is `{"id", "role"}` as the
+/// gateway's signed credential vouched, or null), unless the `Echo` gives a fixed body.
 async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> HttpResponse {
     if !echo.delay.is_zero() {
         tokio::time::sleep(echo.delay).await;
@@ -75,6 +81,7 @@ async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> Http
     if let Some(fixed) = echo.body {
         return res.content_type("application/json").body(fixed);
     }
+    let caller = seckill_web::trust::caller(&req);
     let mut headers = Map::new();
     for name in req.headers().keys() {
         let values: Vec<&str> =
@@ -88,6 +95,8 @@ async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> Http
         "query": req.query_string(),
         "headers": headers,
         "body": String::from_utf8_lossy(&body),
+        "caller": caller.map(|c| c.peer.as_str()),
+        "user": caller.and_then(|c| c.user).map(|(id, role)| json!({"id": id.get(), "role": role.as_str()})),
     }))
 }
 
@@ -120,11 +129,14 @@ pub fn settings(seckill: &str, order: &str, stock: &str) -> Settings {
     s.upstreams.stock = stock.into();
     s.upstreams.connect_timeout_ms = 500;
     s.upstreams.timeout_ms = 3_000;
+    s.trust = keys::trust_settings(Peer::Gateway);
     s
 }
 
 pub struct TestApp {
     pub address: String,
+    /// The admin listener (`/metrics`, the detailed `/readyz`).
+    pub admin: String,
     pub client: reqwest::Client,
     // Dropped after the gateway (fields drop in order): the gateway stops first.
     _gateway: RunningService,
@@ -134,9 +146,20 @@ pub struct TestApp {
 impl TestApp {
     /// The gateway with `settings`, keeping `upstreams` alive as long as it runs.
     pub fn start(settings: Settings, upstreams: Vec<RunningService>) -> Self {
-        let gateway = RunningService::start(move || async move { gateway::startup::build(settings).await });
+        let (admin_port_tx, admin_port) = std::sync::mpsc::channel();
+        let gateway = RunningService::start(move || async move {
+            let (app, admin_port) = gateway::startup::build_with_admin_port(settings).await?;
+            let _ = admin_port_tx.send(admin_port);
+            Ok(app)
+        });
+        let admin = format!("http://127.0.0.1:{}", admin_port.recv().expect("the admin port"));
         let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
-        Self { address: gateway.url(), client, _gateway: gateway, _upstreams: upstreams }
+        Self { address: gateway.url(), admin, client, _gateway: gateway, _upstreams: upstreams }
+    }
+
+    /// A GET on the admin listener.
+    pub fn admin_get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.get(format!("{}{path}", self.admin))
     }
 
     pub fn get(&self, path: &str) -> reqwest::RequestBuilder {

@@ -1,9 +1,19 @@
-//! The body size limit and the per-user rate limit.
+//! The body size limit, the per-user rate limit and the per-address limit of the anonymous
+//! routes.
 
 use actix_web::web::Bytes;
 use serde_json::json;
 
 use crate::helpers::{assert_error, echoed, spawn_app_with, user_token};
+
+/// The anonymous routes, each with a body the gateway would take.
+fn anonymous_request(app: &crate::helpers::TestApp, k: usize) -> reqwest::RequestBuilder {
+    match k % 3 {
+        0 => app.get("/api/goods"),
+        1 => app.get("/api/goods/7"),
+        _ => app.post("/api/auth/dev-token").json(&json!({"user_id": 3, "role": "user"})),
+    }
+}
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_413() {
@@ -75,4 +85,53 @@ async fn a_user_over_the_rate_limit_is_429_and_others_are_not() {
     // Only the seckill routes are limited.
     let res = app.get("/api/orders").bearer_auth(&hammering).send().await.unwrap();
     assert_eq!(res.status(), 200);
+}
+
+#[tokio::test]
+async fn anonymous_routes_are_limited_per_client_address() {
+    let app = spawn_app_with(|s| {
+        s.rate_limit.anonymous_per_sec = 1;
+        s.rate_limit.anonymous_burst = 3;
+    });
+
+    // The three anonymous routes share one bucket per address.
+    let mut statuses = Vec::new();
+    for k in 0..10 {
+        let res = anonymous_request(&app, k).send().await.unwrap();
+        if res.status() == 429 {
+            assert_eq!(res.headers()["retry-after"], "1");
+            assert_error(res, 429, "RATE_LIMITED").await;
+            statuses.push(429);
+        } else {
+            statuses.push(res.status().as_u16());
+        }
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
+    assert!(statuses.iter().filter(|s| **s == 429).count() >= 5, "{statuses:?}");
+
+    // Another address has a bucket of its own (all of 127.0.0.0/8 is loopback).
+    let elsewhere = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let res = elsewhere.get(format!("{}/api/goods", app.address)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+
+    // Routes with a token have the per-user limit, not this one; the probes have neither.
+    let res = app.get("/api/orders").bearer_auth(user_token(5)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let res = app.get("/api/seckill/1/result").bearer_auth(user_token(5)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(app.get("/healthz").send().await.unwrap().status(), 200);
+    assert_eq!(app.get("/readyz").send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn the_default_anonymous_limit_lets_a_browser_through() {
+    let app = spawn_app_with(|_| {});
+    // A page load or two: far under the default burst (100).
+    for k in 0..30 {
+        assert_eq!(anonymous_request(&app, k).send().await.unwrap().status(), 200, "request {k}");
+    }
 }

@@ -1,12 +1,14 @@
 //! The internal order API seckill-service calls when Redis no longer knows what the orders
 //! are: a buyer's active order (the result poll's fallback), a sale's active orders (a
-//! rebuild), their count (the audit). Not routed by the gateway.
+//! rebuild), their count (the audit). Not routed by the gateway; only seckill-service's credential
+//! is taken.
 
 use actix_web::{HttpResponse, web};
 use seckill_common::api::{ActiveOrder, OrderCount};
 use seckill_common::{GoodsId, OrderId, UserId};
 use seckill_db::{conn, query_error};
 use seckill_web::ApiError;
+use seckill_web::trust::ServiceCaller;
 use serde::Deserialize;
 
 use crate::orders;
@@ -29,6 +31,7 @@ pub struct ActiveQuery {
 
 /// `GET /internal/orders/active?goods_id=G[&user_id=U | &after_id=A&limit=L]`.
 pub async fn active(
+    _caller: ServiceCaller,
     state: web::Data<AppState>,
     query: web::Query<ActiveQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -73,6 +76,7 @@ pub struct CountQuery {
 
 /// `GET /internal/orders/count?goods_id=G`.
 pub async fn count(
+    _caller: ServiceCaller,
     state: web::Data<AppState>,
     query: web::Query<CountQuery>,
 ) -> Result<HttpResponse, ApiError> {

@@ -19,13 +19,11 @@ pub async fn create_sale(
 ) -> Result<HttpResponse, ApiError> {
     user.require_admin()?;
     body.validate().map_err(ApiError::invalid)?;
-    let goods = state.stock.create_goods(&body, &user.id.to_string(), user.role.as_str()).await.map_err(
-        |e| match e {
-            StockError::Refused { status: 400, body } => ApiError::invalid(body.message),
-            StockError::Refused { status: 403, body } => ApiError::new(ErrorCode::Forbidden, body.message),
-            other => ApiError::unavailable("stock-service", other),
-        },
-    )?;
+    let goods = state.stock.create_goods(&body).await.map_err(|e| match e {
+        StockError::Refused { status: 400, body } => ApiError::invalid(body.message),
+        StockError::Refused { status: 403, body } => ApiError::new(ErrorCode::Forbidden, body.message),
+        other => ApiError::unavailable("stock-service", other),
+    })?;
     restore::load_new(&state, &goods).await?;
     state.sales.cache(goods.clone());
     tracing::info!(goods_id = %goods.id, stock = goods.stock_total, "sale published");

@@ -6,6 +6,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::scripts::StoredResult;
+use seckill_common::trust::Peer;
 use seckill_common::{ErrorCode, GoodsId, OrderId, UserId, headers};
 use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
@@ -126,7 +127,7 @@ pub async fn order(
 async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<(), ApiError> {
     let (body, properties) = order_message(&msg, trace_id).map_err(ApiError::internal)?;
     let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
-    match state.publisher.publish(&state.names.orders_queue(), &body, properties).await {
+    match state.publisher.publish(Peer::Order, &state.names.orders_queue(), &body, properties).await {
         Ok(()) => {
             state.confirmations.push(g, u, rid);
             Ok(())

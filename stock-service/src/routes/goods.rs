@@ -1,17 +1,25 @@
 //! `GET /api/goods`, `GET /api/goods/{id}`, `POST /api/admin/goods`.
 
+use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use seckill_common::api::NewGoods;
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_db::{PgPool, conn, query_error};
-use seckill_web::{ApiError, AuthUser};
+use seckill_web::ApiError;
+use seckill_web::trust::ServiceCaller;
 
-use crate::goods;
+use crate::goods::{self, ListCache};
 
-pub async fn list(pool: web::Data<PgPool>) -> Result<HttpResponse, ApiError> {
-    let mut conn = conn(&pool).await?;
-    let all = goods::list(&mut conn).await.map_err(query_error)?;
-    Ok(HttpResponse::Ok().json(all))
+/// `GET /api/goods`, from [`ListCache`] while it is fresh.
+pub async fn list(pool: web::Data<PgPool>, cache: web::Data<ListCache>) -> Result<HttpResponse, ApiError> {
+    let json = cache
+        .get_or_refill(|| async {
+            let mut conn = conn(&pool).await?;
+            let all = goods::list(&mut conn).await.map_err(query_error)?;
+            serde_json::to_vec(&all).map(web::Bytes::from).map_err(ApiError::internal)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().content_type(ContentType::json()).body(json))
 }
 
 pub async fn get(pool: web::Data<PgPool>, path: web::Path<GoodsId>) -> Result<HttpResponse, ApiError> {
@@ -23,16 +31,18 @@ pub async fn get(pool: web::Data<PgPool>, path: web::Path<GoodsId>) -> Result<Ht
     }
 }
 
-#[tracing::instrument(skip_all, fields(user_id = %user.id))]
+/// `POST /internal/stock/goods`: seckill-service publishing a sale (it checked the admin).
 pub async fn create(
+    _caller: ServiceCaller,
     pool: web::Data<PgPool>,
-    user: AuthUser,
+    cache: web::Data<ListCache>,
     body: web::Json<NewGoods>,
 ) -> Result<HttpResponse, ApiError> {
-    user.require_admin()?;
     body.validate().map_err(ApiError::invalid)?;
     let mut conn = conn(&pool).await?;
     let created = goods::insert(&mut conn, &body).await.map_err(query_error)?;
+    // The creator lists the goods next: not the list from before.
+    cache.invalidate();
     tracing::info!(goods_id = %created.id, stock = created.stock_total, "goods created");
     Ok(HttpResponse::Created().json(created))
 }

@@ -1,5 +1,7 @@
-//! The internal stock API order-service calls: deduct (one key or a batch) and release.
-//! Not routed by the gateway; a NetworkPolicy admits only order-service in a cluster.
+//! The internal stock API: order-service deducts (one key or a batch) and releases;
+//! seckill-service creates sales and reads a sale's counts. Not routed by the gateway; each
+//! route names the one service whose credential it takes (a NetworkPolicy narrows who can
+//! even connect in a cluster).
 
 use actix_web::{HttpResponse, web};
 use seckill_common::api::{
@@ -9,6 +11,7 @@ use seckill_common::api::{
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_db::{PgPool, conn, query_error};
 use seckill_web::ApiError;
+use seckill_web::trust::ServiceCaller;
 
 use crate::ledger;
 
@@ -24,6 +27,7 @@ fn check_items(items: &[DeductRequest]) -> Result<(), ApiError> {
 
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key, goods_id = %body.goods_id))]
 pub async fn deduct(
+    _caller: ServiceCaller,
     pool: web::Data<PgPool>,
     body: web::Json<DeductRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -48,6 +52,7 @@ pub async fn deduct(
 
 #[tracing::instrument(skip_all, fields(items = body.items.len()))]
 pub async fn deduct_batch(
+    _caller: ServiceCaller,
     pool: web::Data<PgPool>,
     body: web::Json<DeductBatchRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -59,6 +64,7 @@ pub async fn deduct_batch(
 
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key))]
 pub async fn release(
+    _caller: ServiceCaller,
     pool: web::Data<PgPool>,
     body: web::Json<ReleaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -78,6 +84,7 @@ pub const HELD_BODY_LIMIT: usize = MAX_HELD_KEYS * 40 + 1_024;
 /// `POST /internal/stock/{goods_id}/held`: the sale's counts, and how many of the given
 /// requests hold a unit, read together (seckill-service's audit and repair of Redis).
 pub async fn held(
+    _caller: ServiceCaller,
     pool: web::Data<PgPool>,
     path: web::Path<GoodsId>,
     body: web::Json<HeldRequest>,

@@ -1,5 +1,7 @@
 //! Goods: creation checks, lookups, bad ids.
 
+use reqwest::Method;
+use seckill_common::trust::Peer;
 use serde_json::json;
 
 use crate::helpers::spawn_app;
@@ -11,34 +13,36 @@ async fn created_goods_are_listed_and_found() {
     assert_eq!(goods.stock_available, 7);
     assert_eq!(app.goods(&goods).await, goods);
     let list: Vec<seckill_common::api::Goods> =
-        app.http.get(app.url("/api/goods")).send().await.unwrap().json().await.unwrap();
+        app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap().json().await.unwrap();
     assert_eq!(list, vec![goods]);
 }
 
 #[tokio::test]
-async fn only_admins_create_and_bad_bodies_are_refused() {
+async fn only_seckill_service_creates_and_bad_bodies_are_refused() {
     let app = spawn_app();
     let body = json!({"name": "x", "price_cents": 10, "seckill_price_cents": 5, "stock_total": 1,
         "start_at": "2030-01-01T00:00:00Z", "end_at": "2030-01-02T00:00:00Z"});
-    let post = |role: &'static str, body: serde_json::Value| {
-        app.http
-            .post(app.url("/api/admin/goods"))
-            .header("x-user-id", "5")
-            .header("x-user-role", role)
-            .json(&body)
-            .send()
+    let post = |from: Peer, body: serde_json::Value| {
+        app.signed(from, Method::POST, "/internal/stock/goods").json(&body).send()
     };
-    let res = post("user", body.clone()).await.unwrap();
+    // order-service holds a key of its own towards stock-service, but sales are not its to make.
+    let res = post(Peer::Order, body.clone()).await.unwrap();
     assert_eq!(res.status(), 403);
+    // The gateway never forwards /internal/...: its credential is no good there.
+    let res = post(Peer::Gateway, body.clone()).await.unwrap();
+    assert_eq!(res.status(), 401);
     let mut bad = body.clone();
     bad["stock_total"] = json!(-5);
-    let res = post("admin", bad).await.unwrap();
+    let res = post(Peer::Seckill, bad).await.unwrap();
     assert_eq!(res.status(), 400);
     let err: serde_json::Value = res.json().await.unwrap();
     assert_eq!(err["code"], "INVALID_INPUT");
     assert!(err["message"].as_str().unwrap().contains("stock_total"));
-    let res = app.http.post(app.url("/api/admin/goods")).json(&body).send().await.unwrap();
+    let res = app.http.post(app.url("/internal/stock/goods")).json(&body).send().await.unwrap();
     assert_eq!(res.status(), 401);
+    // The old public route is gone.
+    let res = app.signed(Peer::Gateway, Method::POST, "/api/admin/goods").json(&body).send().await.unwrap();
+    assert_eq!(res.status(), 404);
 }
 
 #[tokio::test]
@@ -51,9 +55,44 @@ async fn unknown_and_malformed_ids() {
         ("/api/goods/0", 400, "INVALID_INPUT"),
         ("/nope", 404, "NOT_FOUND"),
     ] {
-        let res = app.http.get(app.url(path)).send().await.unwrap();
+        let res = app.signed(Peer::Gateway, Method::GET, path).send().await.unwrap();
         assert_eq!(res.status(), status, "{path}");
         let body: serde_json::Value = res.json().await.unwrap();
         assert_eq!(body["code"], code, "{path}");
     }
+}
+
+/// `GET /api/goods` is answered from memory for a moment (a change behind this process's back,
+/// as another replica's, shows once that moment is over), a spike of calls is answered, and
+/// goods this process creates are listed at once.
+#[tokio::test]
+async fn the_list_is_kept_briefly_and_a_creation_here_is_listed_at_once() {
+    use diesel_async::SimpleAsyncConnection;
+    use futures_util::StreamExt;
+    use seckill_common::api::Goods;
+
+    let app = spawn_app();
+    let first = app.create_goods(3).await;
+    let mut behind_its_back = app.db.connect().await;
+    let list = || async {
+        let res = app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], "application/json");
+        res.json::<Vec<Goods>>().await.unwrap()
+    };
+    assert_eq!(list().await, vec![first.clone()]);
+
+    let sql = format!("UPDATE goods SET stock_available = 0 WHERE id = {}", first.id);
+    behind_its_back.batch_execute(&sql).await.unwrap();
+    assert_eq!(list().await[0].stock_available, 3, "answered from memory");
+    let spike: Vec<Vec<Goods>> =
+        futures_util::stream::iter(0..200).map(|_| list()).buffer_unordered(50).collect().await;
+    assert!(spike.iter().all(|l| l.len() == 1 && l[0].id == first.id));
+    tokio::time::sleep(stock_service::goods::LIST_CACHE_TTL + std::time::Duration::from_millis(100)).await;
+    assert_eq!(list().await[0].stock_available, 0, "read again once stale");
+
+    let second = app.create_goods(5).await;
+    let listed = list().await;
+    assert_eq!(listed.iter().map(|g| g.id).collect::<Vec<_>>(), vec![second.id, first.id]);
+    assert_eq!(listed[0], second);
 }

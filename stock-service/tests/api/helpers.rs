@@ -2,7 +2,8 @@ use chrono::{Duration, Utc};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, NewGoods};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings};
-use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url};
+use seckill_common::trust::Peer;
+use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, keys};
 use serde_json::{Value, json};
 use stock_service::Settings;
 use uuid::Uuid;
@@ -31,6 +32,7 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         http: HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() },
         database: DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() },
         amqp,
+        trust: keys::trust_settings(Peer::Stock),
         ..Default::default()
     };
     configure(&mut settings);
@@ -52,12 +54,16 @@ impl TestApp {
         format!("{}{path}", self.service.url())
     }
 
+    /// A request signed as `from` would sign it (the gateway: no user).
+    pub fn signed(&self, from: Peer, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let bare = path.split_once('?').map_or(path, |(p, _)| p);
+        let (name, value) = keys::as_service(from, Peer::Stock, method.as_str(), bare);
+        self.http.request(method, self.url(path)).header(name, value)
+    }
+
     pub async fn create_goods(&self, stock: i64) -> Goods {
         let res = self
-            .http
-            .post(self.url("/api/admin/goods"))
-            .header("x-user-id", "1")
-            .header("x-user-role", "admin")
+            .signed(Peer::Seckill, reqwest::Method::POST, "/internal/stock/goods")
             .json(&NewGoods {
                 name: "test phone".into(),
                 price_cents: 10_000,
@@ -81,15 +87,19 @@ impl TestApp {
         self.post("/internal/stock/release", json!({"order_key": key})).await
     }
 
+    /// A call of order-service's (deduct, release).
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let res = self.http.post(self.url(path)).json(&body).send().await.unwrap();
+        self.post_as(Peer::Order, path, body).await
+    }
+
+    pub async fn post_as(&self, from: Peer, path: &str, body: Value) -> (u16, Value) {
+        let res = self.signed(from, reqwest::Method::POST, path).json(&body).send().await.unwrap();
         let status = res.status().as_u16();
         (status, res.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn goods(&self, goods: &Goods) -> Goods {
-        self.http
-            .get(self.url(&format!("/api/goods/{}", goods.id)))
+        self.signed(Peer::Gateway, reqwest::Method::GET, &format!("/api/goods/{}", goods.id))
             .send()
             .await
             .unwrap()

@@ -4,3 +4,4 @@ mod goods;
 mod helpers;
 mod ledger;
 mod outage;
+mod trust;

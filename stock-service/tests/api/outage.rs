@@ -9,8 +9,10 @@ use lapin::BasicProperties;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason, dead_queue};
+use seckill_common::trust::Peer;
 use seckill_common::{OrderId, UserId};
 use seckill_infra::amqp::{Declare, Publisher};
+use seckill_testkit::keys;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -27,7 +29,7 @@ async fn number(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
 }
 
 /// Polls `check` every 20 ms until it holds; panics naming `what` after 10 s.
-async fn wait_for<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
+pub async fn wait_for<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
     let started = Instant::now();
     while !check().await {
         assert!(started.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
@@ -105,9 +107,15 @@ async fn a_release_that_keeps_failing_is_tried_again_never_dead_lettered() {
 
     let names = AmqpNames::new(app.amqp.prefix.clone());
     let queue = names.stock_release_queue();
-    let publisher =
-        Publisher::connect(&app.amqp, "test", vec![Declare::WorkQueue(queue.clone())]).await.unwrap();
-    publisher.publish(&queue, b"not json", BasicProperties::default()).await.unwrap();
+    let publisher = Publisher::connect(
+        &app.amqp,
+        "test",
+        keys::trust(Peer::Order),
+        vec![Declare::WorkQueue(queue.clone())],
+    )
+    .await
+    .unwrap();
+    publisher.publish(Peer::Stock, &queue, b"not json", BasicProperties::default()).await.unwrap();
     let release = Release {
         v: MESSAGE_VERSION,
         order_key: key,
@@ -117,7 +125,7 @@ async fn a_release_that_keeps_failing_is_tried_again_never_dead_lettered() {
         reason: ReleaseReason::Cancelled,
     };
     publisher
-        .publish(&queue, &serde_json::to_vec(&release).unwrap(), BasicProperties::default())
+        .publish(Peer::Stock, &queue, &serde_json::to_vec(&release).unwrap(), BasicProperties::default())
         .await
         .unwrap();
 

@@ -21,6 +21,17 @@ impl Svc {
     pub const ALL: [Svc; 4] = [Svc::Stock, Svc::Seckill, Svc::Order, Svc::Gateway];
 
     /// The binary's name.
+    /// Its name among the peers that hold link keys.
+    pub fn peer(self) -> seckill_common::trust::Peer {
+        use seckill_common::trust::Peer;
+        match self {
+            Self::Gateway => Peer::Gateway,
+            Self::Seckill => Peer::Seckill,
+            Self::Order => Peer::Order,
+            Self::Stock => Peer::Stock,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Gateway => "gateway",

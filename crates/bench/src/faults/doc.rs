@@ -100,13 +100,15 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          outside that nothing was lost. It runs against **private servers of its own, never yours**: a PostgreSQL \
          cluster made with `initdb` (port {}, trust on loopback), a Redis without persistence ({}) and a second \
          RabbitMQ node `seckill-faults@localhost` ({}, its own Erlang cookie), all in `run/faults/`, stopped and \
-         removed at the end (logs kept in `run/faults-logs/`), and the four release binaries on ports {}-{}, \
-         because it restarts those servers, flushes Redis and kills connections.\n",
+         removed at the end (logs kept in `run/faults-logs/`), and the four release binaries on ports {}-{} \
+         (the gateway's admin listener on {}), because it restarts those servers, flushes Redis and kills \
+         connections.\n",
         port(&cfg.pg_url),
         port(&cfg.redis_url),
         port(&cfg.amqp_url),
         cfg.http_port,
-        cfg.http_port + 3
+        cfg.http_port + 3,
+        cfg.http_port + 4
     );
     out.push_str(
         "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service, Redis FLUSHALL with requests queued; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",

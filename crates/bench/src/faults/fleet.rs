@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
+use seckill_common::trust::Peer;
+
 use super::cases::Svc;
 use crate::client::{Conn, Endpoint, Req};
 
@@ -59,6 +61,8 @@ pub struct Fleet {
     gateway_port: u16,
     backends: Backends,
     children: BTreeMap<Svc, Child>,
+    /// Makes this run's link keys: random, so no key of the suite works anywhere else.
+    key_seed: String,
 }
 
 impl Fleet {
@@ -80,11 +84,17 @@ impl Fleet {
             gateway_port,
             backends,
             children: BTreeMap::new(),
+            key_seed: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
 
     pub fn port(&self, svc: Svc) -> u16 {
         self.gateway_port + svc.port_offset()
+    }
+
+    /// The gateway's admin listener (`/metrics`): the port after stock-service's.
+    pub fn admin_port(&self) -> u16 {
+        self.gateway_port + 4
     }
 
     pub fn url(&self, svc: Svc) -> String {
@@ -111,8 +121,14 @@ impl Fleet {
         let mut set = |k: &str, v: String| env.push((k.into(), v));
         match svc {
             Svc::Gateway => {
-                set("SECKILL__AUTH__JWT_SECRET", "seckill-faults-only".into());
+                set("SECKILL__AUTH__JWT_SECRET", "seckill-faults-only-jwt-secret-of-32-bytes-plus".into());
                 set("SECKILL__AUTH__DEV_TOKENS", "true".into());
+                // Its default, 9080, is the system gateway's when scripts/up.sh runs too.
+                set("SECKILL__ADMIN__PORT", self.admin_port().to_string());
+                // Every buyer mints its token from this one address: the per-address limit of
+                // the anonymous routes would refuse most of them.
+                set("SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC", "1000000".into());
+                set("SECKILL__RATE_LIMIT__ANONYMOUS_BURST", "1000000".into());
             }
             Svc::Seckill => {
                 set("SECKILL__REDIS__URL", b.redis_url.clone());
@@ -135,10 +151,27 @@ impl Fleet {
                 env.push((format!("SECKILL__UPSTREAMS__{key}"), self.url(to)));
             }
         }
+        let me = svc.peer();
+        for &to in me.sends_to() {
+            env.push((
+                format!("SECKILL__TRUST__SEND__{}", to.as_str().to_uppercase()),
+                self.link_key(me, to),
+            ));
+        }
+        for &from in me.accepts_from() {
+            env.push((
+                format!("SECKILL__TRUST__ACCEPT__{}", from.as_str().to_uppercase()),
+                self.link_key(from, me),
+            ));
+        }
         env.extend(
             tuned_settings().into_iter().filter(|t| t.0 == svc).map(|t| (t.1.to_owned(), t.2.to_owned())),
         );
         env
+    }
+
+    fn link_key(&self, from: Peer, to: Peer) -> String {
+        format!("faults-{}-{from}-to-{to}", self.key_seed)
     }
 
     /// Is the process alive (not exited)?
@@ -319,6 +352,7 @@ mod tests {
                 amqp_url: "amqp://g:g@127.0.0.1:55672/%2f".into(),
             },
             children: BTreeMap::new(),
+            key_seed: "test".into(),
         }
     }
 
@@ -331,10 +365,10 @@ mod tests {
         let f = fleet();
         // The settings structs deny unknown sections: a stray one would stop the binary.
         let allowed = |svc| match svc {
-            Svc::Gateway => vec!["http", "log", "auth", "upstreams"],
-            Svc::Seckill => vec!["http", "log", "redis", "amqp", "upstreams", "seckill"],
-            Svc::Order => vec!["http", "log", "database", "redis", "amqp", "upstreams", "order"],
-            Svc::Stock => vec!["http", "log", "database", "amqp"],
+            Svc::Gateway => vec!["http", "log", "auth", "upstreams", "trust", "admin", "rate_limit"],
+            Svc::Seckill => vec!["http", "log", "redis", "amqp", "upstreams", "seckill", "trust"],
+            Svc::Order => vec!["http", "log", "database", "redis", "amqp", "upstreams", "order", "trust"],
+            Svc::Stock => vec!["http", "log", "database", "amqp", "trust"],
         };
         for svc in Svc::ALL {
             let env = f.env(svc);
@@ -342,7 +376,19 @@ mod tests {
                 assert!(allowed(svc).contains(&s.as_str()), "{} got section {s}", svc.name());
             }
             assert!(env.contains(&("SECKILL__HTTP__PORT".into(), f.port(svc).to_string())));
+            // Both ends of a link get the same key; nobody gets a key of another's link.
+            let keys = env.iter().filter(|(k, _)| k.starts_with("SECKILL__TRUST__")).count();
+            assert_eq!(keys, svc.peer().sends_to().len() + svc.peer().accepts_from().len());
         }
+        let key = |svc: Svc, var: &str| f.env(svc).into_iter().find(|(k, _)| k == var).unwrap().1;
+        assert_eq!(
+            key(Svc::Order, "SECKILL__TRUST__SEND__STOCK"),
+            key(Svc::Stock, "SECKILL__TRUST__ACCEPT__ORDER")
+        );
+        assert_ne!(
+            key(Svc::Order, "SECKILL__TRUST__SEND__STOCK"),
+            key(Svc::Seckill, "SECKILL__TRUST__SEND__STOCK")
+        );
         assert!(f.env(Svc::Order).contains(&(
             "SECKILL__DATABASE__URL".into(),
             "postgres://p@127.0.0.1:55432/seckill_order".into()

@@ -66,7 +66,8 @@ pub struct Config {
     pub pg_url: String,
     pub redis_url: String,
     pub amqp_url: String,
-    /// The gateway's port; the other services take the next three.
+    /// The gateway's port; the other services take the next three, the gateway's admin
+    /// listener the one after.
     pub http_port: u16,
     pub psql: String,
     pub quick: bool,
@@ -179,7 +180,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
         cfg.units(),
         cfg.units() * 3,
         cfg.http_port,
-        cfg.http_port + 3,
+        cfg.http_port + 4,
         cfg.scratch.join("services").display()
     );
     let mut results = Vec::new();

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use seckill_common::amqp::{MESSAGE_VERSION, Release, ReleaseReason};
-use seckill_common::api::SeckillStatus;
+use seckill_common::api::{Role, SeckillStatus};
+use seckill_common::trust::Peer;
 use seckill_common::{OrderId, UserId};
+use seckill_testkit::keys;
 
 use crate::helpers::{Options, spawn_system, spawn_system_with};
 
@@ -95,7 +97,13 @@ async fn a_cancel_releases_once_however_often_it_is_asked_or_delivered() {
     };
     assert_eq!(body["status"], "cancelled");
     for _ in 0..2 {
-        sys.publish_raw(&sys.amqp_names.stock_release_queue(), &serde_json::to_vec(&release).unwrap()).await;
+        sys.publish_as(
+            Peer::Order,
+            Peer::Stock,
+            &sys.amqp_names.stock_release_queue(),
+            &serde_json::to_vec(&release).unwrap(),
+        )
+        .await;
     }
     sys.eventually("both copies consumed", SETTLE, || async {
         sys.queue_depth(&sys.amqp_names.stock_release_queue()).await == 0
@@ -175,11 +183,11 @@ async fn every_replica_follows_sell_out_and_restock() {
         ..Options::default()
     });
     let sale = sys.open_sale(2).await;
+    // Straight to one replica, with the credential the gateway would sign.
     let direct = |replica: usize, user: i64| {
-        sys.http
-            .post(format!("{}/api/seckill/{}/orders", sys.seckill[replica].url(), sale.id))
-            .header("x-user-id", user.to_string())
-            .send()
+        let path = format!("/api/seckill/{}/orders", sale.id);
+        let (name, value) = keys::as_user(Peer::Seckill, "POST", &path, user, Role::User);
+        sys.http.post(format!("{}{path}", sys.seckill[replica].url())).header(name, value).send()
     };
     // Replica 0 sells both units; replica 1 is sold out too.
     assert_eq!(direct(0, 40).await.unwrap().status(), 202);

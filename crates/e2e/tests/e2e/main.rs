@@ -11,3 +11,4 @@ mod lifecycle;
 mod purchase;
 mod queues;
 mod redis_loss;
+mod security;

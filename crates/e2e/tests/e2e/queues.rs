@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use seckill_common::api::SeckillStatus;
+use seckill_common::trust::Peer;
 
 use crate::helpers::spawn_system;
 
@@ -15,8 +16,8 @@ async fn a_malformed_order_message_is_dead_lettered_and_the_consumer_goes_on() {
     let sys = spawn_system();
     let sale = sys.open_sale(2).await;
     let orders = sys.amqp_names.orders_queue();
-    sys.publish_raw(&orders, b"{not json").await;
-    sys.publish_raw(&orders, br#"{"v": 99, "request_id": "x"}"#).await;
+    sys.publish_as(Peer::Seckill, Peer::Order, &orders, b"{not json").await;
+    sys.publish_as(Peer::Seckill, Peer::Order, &orders, br#"{"v": 99, "request_id": "x"}"#).await;
     sys.eventually("both poison messages dead-lettered", Duration::from_secs(20), || async {
         sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await == 2
     })

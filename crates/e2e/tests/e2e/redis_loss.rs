@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::AsyncCommands;
 use seckill_common::api::SeckillStatus;
+use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, UserId};
 
 use crate::helpers::{Answer, Options, System, spawn_system, spawn_system_with};
@@ -259,7 +260,13 @@ async fn a_buyer_accepted_twice_is_answered_with_their_order() {
     let lost =
         seckill_common::amqp::OrderRequest::new(uuid::Uuid::new_v4(), UserId::new(5_001).unwrap(), g, 1)
             .with_epoch(Some(seckill_common::scripts::Epoch::new(1_000)));
-    sys.publish_raw(&sys.amqp_names.orders_queue(), &serde_json::to_vec(&lost).unwrap()).await;
+    sys.publish_as(
+        Peer::Seckill,
+        Peer::Order,
+        &sys.amqp_names.orders_queue(),
+        &serde_json::to_vec(&lost).unwrap(),
+    )
+    .await;
     sys.eventually("the second request deducted, then released", Duration::from_secs(20), || async {
         ledger_rows(&sys, g).await == (2, 1)
     })

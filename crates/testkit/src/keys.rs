@@ -1,0 +1,55 @@
+//! Link keys for tests: random ones, made once per test process, so the services a test starts
+//! trust each other and nothing else, and a test can act as any of them.
+
+use std::sync::{Arc, OnceLock};
+
+use seckill_common::UserId;
+use seckill_common::api::Role;
+use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust, TrustSettings};
+
+/// The key of the link `from` -> `to` in this process.
+pub fn link_key(from: Peer, to: Peer) -> String {
+    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        (0..Peer::ALL.len() * Peer::ALL.len())
+            .map(|_| format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()))
+            .collect()
+    });
+    keys[index(from) * Peer::ALL.len() + index(to)].clone()
+}
+
+fn index(p: Peer) -> usize {
+    Peer::ALL.iter().position(|q| *q == p).unwrap_or_default()
+}
+
+/// `me`'s `trust.*` settings: a key for every link to and from every peer.
+pub fn trust_settings(me: Peer) -> TrustSettings {
+    TrustSettings {
+        send: Peer::ALL.iter().map(|&to| (to.as_str().to_owned(), link_key(me, to))).collect(),
+        accept: Peer::ALL.iter().map(|&from| (from.as_str().to_owned(), link_key(from, me))).collect(),
+        ..TrustSettings::default()
+    }
+}
+
+/// Keys to act as `me` towards (and to check what is sent to `me` by) every peer.
+pub fn trust(me: Peer) -> Arc<Trust> {
+    Arc::new(Trust::new(me, &trust_settings(me), &Peer::ALL, &Peer::ALL).expect("test keys are valid"))
+}
+
+/// The `x-seckill-auth` header the gateway would add to a request for `user` to `to`.
+pub fn as_user(to: Peer, method: &str, path: &str, user: i64, role: Role) -> (&'static str, String) {
+    let user = UserId::new(user).expect("a positive user id");
+    let facts = RequestFacts { method, path, request_id: "" };
+    (AUTH_HEADER, trust(Peer::Gateway).sign_request(to, &facts, Some((user, role))))
+}
+
+/// The `x-seckill-auth` header `from` would add to a call of its own to `to`.
+pub fn as_service(from: Peer, to: Peer, method: &str, path: &str) -> (&'static str, String) {
+    let facts = RequestFacts { method, path, request_id: "" };
+    (AUTH_HEADER, trust(from).sign_request(to, &facts, None))
+}
+
+/// The `x-seckill-auth` header the gateway adds to an anonymous request (`GET /api/goods`).
+pub fn as_gateway(to: Peer, method: &str, path: &str) -> (&'static str, String) {
+    as_service(Peer::Gateway, to, method, path)
+}
