@@ -8,14 +8,18 @@
 #      SECKILL__ variables every service accepts.
 #   2. deploy/compose.yaml parses; names only images the Dockerfile builds or official server
 #      images; servers have health checks; depends_on conditions are sound; every SECKILL__
-#      variable given to a service is a key of a configuration section that service has.
+#      variable given to a service is a key of a configuration section that service has; the
+#      gateway's admin port is not published and X-Forwarded-For not trusted (no proxy there).
 #   3. Each overlay of deploy/k8s renders with `kubectl kustomize`; the built-in objects
 #      validate against the Kubernetes schemas (kubernetes-validate, pinned, offline, strict);
 #      the custom resources (CloudNativePG Cluster and Database, RabbitmqCluster, KEDA
 #      ScaledObject and TriggerAuthentication) are checked for the fields set here; the
 #      SECKILL__ variables of every Deployment (ConfigMaps and env) belong to its service;
 #      probes, graceful shutdown, security context, autoscalers, PDBs, Services, Ingress,
-#      NetworkPolicies and the per-overlay settings (dev tokens, quorum queues) are checked.
+#      NetworkPolicies and the per-overlay settings (dev tokens, quorum queues) are checked;
+#      the gateway's admin port (9080: /metrics, detailed /readyz) is declared, scraped by the
+#      prometheus.io annotations, reachable from the namespace monitoring only and in no
+#      Service or Ingress, and behind the Ingress it trusts at least one X-Forwarded-For hop.
 #      Without kubectl this part is skipped with one line.
 #   4. Credentials (docs/DEPLOY.md, "Secrets and credentials"), in compose and every overlay:
 #      nothing secret is written (no Secret object, no credential in a ConfigMap, env value or
@@ -133,12 +137,15 @@ SERVICES = {  # binary -> standard port
 }
 # What the brief of issue 5 lists; used only if the Rust sources cannot be read.
 FALLBACK_SECTIONS = {
-    "gateway": {"http", "log", "auth", "dev_token", "upstreams", "rate_limit", "trust"},
+    "gateway": {"http", "log", "auth", "dev_token", "upstreams", "rate_limit", "admin", "trust"},
     "seckill-service": {"http", "log", "redis", "amqp", "upstreams", "seckill", "trust"},
     "order-service": {"http", "log", "database", "redis", "amqp", "upstreams", "order", "trust"},
     "stock-service": {"http", "log", "database", "amqp", "trust"},
 }
 PRESTOP_SECS = 5
+# The gateway's admin listener (admin.port): /metrics and the detailed /readyz, never public.
+GATEWAY_ADMIN_PORT = 9080
+MONITORING_NAMESPACE = "monitoring"
 DEFAULT_SHUTDOWN_SECS = 20
 ORDERS_QUEUE = "seckill.orders"
 
@@ -214,7 +221,7 @@ except (OSError, ValueError) as e:
 def check_value(where, var, ty, value):
     value = str(value)
     base = ty.removeprefix("Option<").removesuffix(">")
-    if base in {"u16", "u32", "u64", "usize"}:
+    if base in {"u8", "u16", "u32", "u64", "usize"}:
         if not re.fullmatch(r"\d+", value):
             fail(where, f"{var}={value!r} must be a non-negative integer")
     elif base == "bool":
@@ -409,10 +416,31 @@ else:
     m = re.fullmatch(r"\$\{\w+:-(.*)\}", jwt)
     if len((m.group(1) if m else jwt).encode()) < 32:
         fail("compose.yaml services.gateway", "SECKILL__AUTH__JWT_SECRET (or its default) is shorter than 32 bytes")
+# The gateway's admin listener: reachable on the compose network, published only for a
+# Prometheus of this file; X-Forwarded-For believed only behind a proxy of this file.
+where = "compose.yaml services.gateway"
+if gw_env.get("SECKILL__ADMIN__HOST") != "0.0.0.0":
+    fail(where, "SECKILL__ADMIN__HOST must be 0.0.0.0 (the admin listener, reachable on the compose network)")
+gw_admin = str(gw_env.get("SECKILL__ADMIN__PORT", GATEWAY_ADMIN_PORT))
+if gw_admin == str(gw_env.get("SECKILL__HTTP__PORT", SERVICES["gateway"])):
+    fail(where, "SECKILL__ADMIN__PORT must differ from the public port")
+monitoring = [n for n, s in services.items() if re.search(r"prometheus|grafana-agent|alloy|otel|vmagent",
+                                                          f"{n} {s.get('image', '')}", re.I)]
+proxies = [n for n, s in services.items() if re.search(r"nginx|traefik|envoy|haproxy|caddy",
+                                                       f"{n} {s.get('image', '')}", re.I)]
+for spec in (services.get("gateway") or {}).get("ports") or []:
+    target = str(spec.get("target") if isinstance(spec, dict) else str(spec).split(":")[-1]).split("/")[0]
+    if target == gw_admin and not monitoring:
+        fail(where, f"publishes the admin port {gw_admin} (/metrics, detailed /readyz) with no Prometheus in compose")
+hops = str(gw_env.get("SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS", "0"))
+if hops != "0" and not proxies:
+    fail(where, f"SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS={hops} with no proxy in front: any client "
+                "could pick its own rate-limit bucket with X-Forwarded-For")
 missing = set(SERVICES) - set(services)
 if missing:
     fail("compose.yaml", f"services missing: {', '.join(sorted(missing))}")
-ok("compose.yaml: parses; images built here or official; health checks; SECKILL__ variables accepted")
+ok("compose.yaml: parses; images built here or official; health checks; SECKILL__ variables accepted; "
+   "the gateway's admin port unpublished")
 
 # ------------------------------------------------------------------------------------------
 # Credentials (docs/DEPLOY.md, "Secrets and credentials"): nothing secret in any manifest or
@@ -990,6 +1018,120 @@ def secret_refs(c):
             yield e["name"], ref["name"], ref["key"]
 
 
+def rule_covers_port(rule, name, number):
+    """Whether a NetworkPolicy ingress rule opens the container port `name`/`number`."""
+    ports = rule.get("ports")
+    if not ports:
+        return True  # no ports: all of them
+    for p in ports:
+        port, end = p.get("port"), p.get("endPort")
+        if port is None or port == name or port == number:
+            return True
+        if isinstance(port, int) and end is not None and port <= number <= end:
+            return True
+    return False
+
+
+def sources_of(rule):
+    """Who an ingress rule admits, by name: "*" (anyone), "ns:<name>", or "other"."""
+    srcs = rule.get("from")
+    if not srcs:
+        return {"*"}
+    out = set()
+    for src in srcs:
+        ns = ((src.get("namespaceSelector") or {}).get("matchLabels") or {}).get("kubernetes.io/metadata.name")
+        if ns and "podSelector" not in src and "ipBlock" not in src:
+            out.add(f"ns:{ns}")
+        else:
+            out.add("other")
+    return out
+
+
+def check_metrics_and_admin(ov, deployments, services_, ingresses, pols, app_config):
+    """The scrape annotations point at the port serving /metrics (the gateway's admin port), the
+    namespace monitoring may reach it, and the gateway's admin port is in no Service, no Ingress
+    and admitted to nobody else. Behind the Ingress the gateway trusts one proxy hop."""
+    gw = app_config.get("gateway", {})
+    where = f"{ov}: Deployment/gateway"
+    dep = deployments.get("gateway")
+    if not dep:
+        return
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    admin = [p for p in c.get("ports") or [] if p.get("name") == "admin"]
+    if not admin or admin[0].get("containerPort") != GATEWAY_ADMIN_PORT:
+        fail(where, f"no containerPort {GATEWAY_ADMIN_PORT} named admin (the admin listener)")
+    if str(gw.get("SECKILL__ADMIN__PORT", "")) != str(GATEWAY_ADMIN_PORT):
+        fail(where, f"SECKILL__ADMIN__PORT must be {GATEWAY_ADMIN_PORT} (the container port named admin)")
+    if gw.get("SECKILL__ADMIN__HOST") != "0.0.0.0":
+        fail(where, "SECKILL__ADMIN__HOST must be 0.0.0.0 (Prometheus scrapes the pod address)")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+        if port in ("admin", GATEWAY_ADMIN_PORT):
+            fail(where, f"{probe} on the admin port: probe the public port (its /readyz keeps the status codes)")
+    try:
+        hops = int(gw.get("SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS", 0))
+    except ValueError:
+        hops = 0
+    if ingresses and hops < 1:
+        fail(f"{ov}: gateway", "behind the Ingress SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS must be at least 1 "
+                               "(with 0 every client shares the controller's address, one rate-limit bucket)")
+
+    # Scrape annotations: the port that serves /metrics.
+    for binary, port in SERVICES.items():
+        d = deployments.get(binary)
+        if not d:
+            continue
+        ann = d["spec"]["template"]["metadata"].get("annotations") or {}
+        want = GATEWAY_ADMIN_PORT if binary == "gateway" else port
+        if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") != "/metrics" \
+                or ann.get("prometheus.io/port") != str(want):
+            fail(f"{ov}: Deployment/{binary}", f"prometheus.io annotations must scrape /metrics on port {want}")
+
+    # No Service selecting the gateway's pods carries the admin port.
+    labels = dep["spec"]["template"]["metadata"].get("labels") or {}
+    for name, svc in services_.items():
+        if not labels_match({"matchLabels": svc["spec"].get("selector") or {}}, labels):
+            continue
+        for p in svc["spec"].get("ports") or []:
+            target = p.get("targetPort", p.get("port"))
+            if target in ("admin", GATEWAY_ADMIN_PORT) or p.get("port") == GATEWAY_ADMIN_PORT:
+                fail(f"{ov}: Service/{name}", f"exposes the gateway's admin port {GATEWAY_ADMIN_PORT}")
+    # The Ingress routes to the gateway Service's public port only.
+    gw_svc_ports = {p.get("name"): p for p in (services_.get("gateway") or {"spec": {}})["spec"].get("ports") or []}
+    for ing in ingresses:
+        backends = [p["backend"] for r in ing["spec"].get("rules") or [] for p in (r.get("http") or {}).get("paths") or []]
+        if ing["spec"].get("defaultBackend"):
+            backends.append(ing["spec"]["defaultBackend"])
+        for b in backends:
+            port = (b.get("service") or {}).get("port") or {}
+            svc_port = gw_svc_ports.get(port.get("name")) if "name" in port else \
+                next((p for p in gw_svc_ports.values() if p.get("port") == port.get("number")), None)
+            if not svc_port or svc_port.get("targetPort", svc_port.get("port")) not in ("http", SERVICES["gateway"]):
+                fail(f"{ov}: Ingress/{ing['metadata']['name']}", "must route to the gateway Service's http port only")
+
+    # NetworkPolicies: the namespace monitoring reaches each service's metrics port; nobody
+    # else reaches the gateway's admin port.
+    monitoring = f"ns:{MONITORING_NAMESPACE}"
+    for binary, port in SERVICES.items():
+        d = deployments.get(binary)
+        if not d:
+            continue
+        lbl = d["spec"]["template"]["metadata"].get("labels") or {}
+        name, number = ("admin", GATEWAY_ADMIN_PORT) if binary == "gateway" else ("http", port)
+        reach = set()
+        for p in pols:
+            if labels_match(p["spec"]["podSelector"], lbl):
+                for rule in p["spec"].get("ingress") or []:
+                    if rule_covers_port(rule, name, number):
+                        reach |= sources_of(rule)
+        if monitoring not in reach and "*" not in reach:
+            fail(f"{ov}: NetworkPolicy", f"the namespace {MONITORING_NAMESPACE} cannot reach {binary}'s "
+                                         f"/metrics (port {number})")
+        if binary == "gateway" and reach - {monitoring}:
+            fail(f"{ov}: NetworkPolicy", f"the gateway's admin port {number} admits {sorted(reach)}; "
+                                         f"only the namespace {MONITORING_NAMESPACE}")
+
+
 def check_overlay(ov, path):
     import kubernetes_validate
 
@@ -1192,9 +1334,11 @@ def check_overlay(ov, path):
         }[binary]
         if admitted != expected:
             fail(f"{ov}: NetworkPolicy", f"{binary} admits {sorted(admitted)}, expected {sorted(expected)}")
+    check_metrics_and_admin(ov, deployments, services_, by_kind.get("Ingress", []), pols, app_config)
     ok(f"overlay {ov}: {checked} objects valid for Kubernetes {K8S_VERSION} (strict); "
        f"{len(crs)} custom resources checked ({', '.join(sorted({d['kind'] for d in crs}))}); "
-       "services' variables, probes, shutdown, security, autoscalers, PDBs, Ingress, NetworkPolicies")
+       "services' variables, probes, shutdown, security, autoscalers, PDBs, Ingress, NetworkPolicies; "
+       "the gateway's admin port scraped, never exposed; trusted proxy hops behind the Ingress")
     return used_secret_keys
 
 
