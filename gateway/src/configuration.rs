@@ -43,8 +43,9 @@ impl Default for DevTokenSettings {
     }
 }
 
-/// `rate_limit.*`: per-user limit on the `/api/seckill/...` routes, the ones a buyer hammers
-/// during a sale, and per-address limit on the routes anyone may call without a token.
+/// `rate_limit.*`: per-user limit on every route that takes a token (the `/api/seckill/...`
+/// ones are those a buyer hammers during a sale), and per-address limit on the routes anyone
+/// may call without a token.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitSettings {

@@ -218,16 +218,19 @@ async fn admin_seckill(
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
     caller.require_admin()?;
+    gateway.limiter.check(caller.id)?;
     gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
 }
 
-/// `/api/orders...`: a token.
+/// `/api/orders...`: a token and the per-user rate limit (the same bucket as the flash-sale
+/// routes: a user's whole rate).
 async fn user_order(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
     let caller = gateway.auth.authenticate(&req)?;
+    gateway.limiter.check(caller.id)?;
     gateway.pass(Service::Order, &req, payload, Some(caller)).await
 }
 

@@ -209,6 +209,11 @@ pub fn user_token(user_id: i64) -> String {
     sign(Algorithm::HS256, SECRET, &json!({"sub": user_id.to_string(), "exp": in_an_hour()}))
 }
 
+/// A valid admin token for `user_id`, an hour to live.
+pub fn admin_token(user_id: i64) -> String {
+    sign(Algorithm::HS256, SECRET, &json!({"sub": user_id.to_string(), "role": "admin", "exp": in_an_hour()}))
+}
+
 pub fn in_an_hour() -> i64 {
     chrono::Utc::now().timestamp() + 3600
 }

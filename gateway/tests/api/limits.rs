@@ -82,9 +82,16 @@ async fn a_user_over_the_rate_limit_is_429_and_others_are_not() {
     let res =
         app.post("/api/seckill/1/token").bearer_auth(user_token(8)).json(&json!({})).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    // Only the seckill routes are limited.
+    // The bucket is the user's, whatever the route: the order routes and the admin's too.
     let res = app.get("/api/orders").bearer_auth(&hammering).send().await.unwrap();
-    assert_eq!(res.status(), 200);
+    assert_error(res, 429, "RATE_LIMITED").await;
+    let admin = crate::helpers::admin_token(9);
+    let mut admin_statuses = Vec::new();
+    for _ in 0..6 {
+        let res = app.get("/api/admin/goods/1/audit").bearer_auth(&admin).send().await.unwrap();
+        admin_statuses.push(res.status().as_u16());
+    }
+    assert!(admin_statuses.contains(&429), "{admin_statuses:?}");
 }
 
 #[tokio::test]
