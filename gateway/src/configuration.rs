@@ -6,12 +6,16 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use seckill_common::config::{
-    self, AuthSettings, ConfigError, HttpSettings, LogSettings, UpstreamSettings, split_urls,
+    AuthSettings, ConfigError, HttpSettings, LogSettings, UpstreamSettings, split_urls,
 };
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
 use crate::auth::MAX_LEEWAY_SECS;
+
+pub const SERVICE: &str = "gateway";
+/// The gateway's standard port (`http.port` overrides it; 0 asks the OS, as tests do).
+pub const STANDARD_PORT: u16 = 8080;
 
 /// Everything the gateway reads from `config/gateway.toml` and `SECKILL__*`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -111,97 +115,52 @@ pub struct Quota {
     pub burst: NonZeroU32,
 }
 
-impl Settings {
-    /// Reads the layered configuration and checks it.
-    pub fn load() -> Result<Self, ConfigError> {
-        let settings: Self = config::load("gateway")?;
-        settings.validate()?;
-        Ok(settings)
-    }
+seckill_common::service_settings!(Settings, SERVICE);
 
+impl Settings {
     /// Fails on the first unusable value, naming its key and environment variable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.jwt_secret()?;
         if let Some(previous) = &self.auth.jwt_previous_secret
             && previous.len() < MIN_JWT_SECRET_BYTES
         {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::at(
                 "auth.jwt_previous_secret",
-                "SECKILL__AUTH__JWT_PREVIOUS_SECRET",
                 format!("is {} bytes; it must be at least {MIN_JWT_SECRET_BYTES}", previous.len()),
             ));
         }
         if self.auth.leeway_secs > MAX_LEEWAY_SECS {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::at(
                 "auth.leeway_secs",
-                "SECKILL__AUTH__LEEWAY_SECS",
                 format!("must be at most {MAX_LEEWAY_SECS} (it is clock skew, not extra lifetime)"),
             ));
         }
         if self.auth.issuer.as_deref().is_some_and(|v| v.trim().is_empty()) {
-            return Err(ConfigError::invalid(
-                "auth.issuer",
-                "SECKILL__AUTH__ISSUER",
-                "is empty; unset it or name one",
-            ));
+            return Err(ConfigError::at("auth.issuer", "is empty; unset it or name one"));
         }
         if self.auth.audience.as_deref().is_some_and(|v| v.trim().is_empty()) {
-            return Err(ConfigError::invalid(
-                "auth.audience",
-                "SECKILL__AUTH__AUDIENCE",
-                "is empty; unset it or name one",
-            ));
+            return Err(ConfigError::at("auth.audience", "is empty; unset it or name one"));
         }
-        if self.dev_token.ttl_secs == 0 {
-            return Err(ConfigError::invalid(
-                "dev_token.ttl_secs",
-                "SECKILL__DEV_TOKEN__TTL_SECS",
-                "must be at least 1",
-            ));
-        }
+        ConfigError::check_positive("dev_token.ttl_secs", self.dev_token.ttl_secs)?;
         let upstreams = &self.upstreams;
-        validate_urls("upstreams.seckill", "SECKILL__UPSTREAMS__SECKILL", &upstreams.seckill)?;
-        validate_urls("upstreams.order", "SECKILL__UPSTREAMS__ORDER", &upstreams.order)?;
-        validate_urls("upstreams.stock", "SECKILL__UPSTREAMS__STOCK", &upstreams.stock)?;
-        if upstreams.connect_timeout_ms == 0 {
-            return Err(ConfigError::invalid(
-                "upstreams.connect_timeout_ms",
-                "SECKILL__UPSTREAMS__CONNECT_TIMEOUT_MS",
-                "must be at least 1",
-            ));
-        }
-        if upstreams.timeout_ms == 0 {
-            return Err(ConfigError::invalid(
-                "upstreams.timeout_ms",
-                "SECKILL__UPSTREAMS__TIMEOUT_MS",
-                "must be at least 1",
-            ));
-        }
+        validate_urls("upstreams.seckill", &upstreams.seckill)?;
+        validate_urls("upstreams.order", &upstreams.order)?;
+        validate_urls("upstreams.stock", &upstreams.stock)?;
+        ConfigError::check_positive("upstreams.connect_timeout_ms", upstreams.connect_timeout_ms)?;
+        ConfigError::check_positive("upstreams.timeout_ms", upstreams.timeout_ms)?;
         self.quota()?;
         self.anonymous_quota()?;
         if self.admin.host.as_deref().is_some_and(|h| h.trim().is_empty()) {
-            return Err(ConfigError::invalid(
-                "admin.host",
-                "SECKILL__ADMIN__HOST",
-                "is empty; unset it to use http.host",
-            ));
+            return Err(ConfigError::at("admin.host", "is empty; unset it to use http.host"));
         }
         let admin = self.admin_port();
-        if admin != 0 && admin == self.http.port_or(crate::startup::STANDARD_PORT) {
-            return Err(ConfigError::invalid(
+        if admin != 0 && admin == self.http.port_or(STANDARD_PORT) {
+            return Err(ConfigError::at(
                 "admin.port",
-                "SECKILL__ADMIN__PORT",
                 format!("is {admin}, the public port (http.port): metrics must not be served there"),
             ));
         }
-        if self.rate_limit.cleanup_interval_secs == 0 {
-            return Err(ConfigError::invalid(
-                "rate_limit.cleanup_interval_secs",
-                "SECKILL__RATE_LIMIT__CLEANUP_INTERVAL_SECS",
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        ConfigError::check_positive("rate_limit.cleanup_interval_secs", self.rate_limit.cleanup_interval_secs)
     }
 
     /// The JWT secret. There is no built-in one: a gateway without a secret must not start, nor
@@ -220,35 +179,15 @@ impl Settings {
 
     /// The rate limit as non-zero numbers.
     pub fn quota(&self) -> Result<Quota, ConfigError> {
-        let per_sec = NonZeroU32::new(self.rate_limit.per_user_per_sec).ok_or_else(|| {
-            ConfigError::invalid(
-                "rate_limit.per_user_per_sec",
-                "SECKILL__RATE_LIMIT__PER_USER_PER_SEC",
-                "must be at least 1",
-            )
-        })?;
-        let burst = NonZeroU32::new(self.rate_limit.burst).ok_or_else(|| {
-            ConfigError::invalid("rate_limit.burst", "SECKILL__RATE_LIMIT__BURST", "must be at least 1")
-        })?;
+        let per_sec = non_zero("rate_limit.per_user_per_sec", self.rate_limit.per_user_per_sec)?;
+        let burst = non_zero("rate_limit.burst", self.rate_limit.burst)?;
         Ok(Quota { per_sec, burst })
     }
 
     /// The anonymous routes' per-address limit as non-zero numbers.
     pub fn anonymous_quota(&self) -> Result<Quota, ConfigError> {
-        let per_sec = NonZeroU32::new(self.rate_limit.anonymous_per_sec).ok_or_else(|| {
-            ConfigError::invalid(
-                "rate_limit.anonymous_per_sec",
-                "SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC",
-                "must be at least 1",
-            )
-        })?;
-        let burst = NonZeroU32::new(self.rate_limit.anonymous_burst).ok_or_else(|| {
-            ConfigError::invalid(
-                "rate_limit.anonymous_burst",
-                "SECKILL__RATE_LIMIT__ANONYMOUS_BURST",
-                "must be at least 1",
-            )
-        })?;
+        let per_sec = non_zero("rate_limit.anonymous_per_sec", self.rate_limit.anonymous_per_sec)?;
+        let burst = non_zero("rate_limit.anonymous_burst", self.rate_limit.anonymous_burst)?;
         Ok(Quota { per_sec, burst })
     }
 
@@ -264,24 +203,28 @@ impl Settings {
     }
 }
 
+fn non_zero(key: &'static str, value: u32) -> Result<NonZeroU32, ConfigError> {
+    NonZeroU32::new(value).ok_or_else(|| ConfigError::at(key, "must be at least 1"))
+}
+
 fn missing_secret(problem: &str) -> ConfigError {
-    ConfigError::invalid("auth.jwt_secret", "SECKILL__AUTH__JWT_SECRET", problem)
+    ConfigError::at("auth.jwt_secret", problem)
 }
 
 /// One or more `http(s)://host:port` base URLs, comma-separated.
-fn validate_urls(key: &'static str, env: &'static str, list: &str) -> Result<(), ConfigError> {
+fn validate_urls(key: &'static str, list: &str) -> Result<(), ConfigError> {
     let urls = split_urls(list);
     if urls.is_empty() {
-        return Err(ConfigError::invalid(key, env, "needs at least one replica URL"));
+        return Err(ConfigError::at(key, "needs at least one replica URL"));
     }
     for url in &urls {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| ConfigError::invalid(key, env, format!("`{url}` is not a URL: {e}")))?;
+            .map_err(|e| ConfigError::at(key, format!("`{url}` is not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(ConfigError::invalid(key, env, format!("`{url}` is not an http(s) base URL")));
+            return Err(ConfigError::at(key, format!("`{url}` is not an http(s) base URL")));
         }
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(ConfigError::invalid(key, env, format!("`{url}` must not carry a query")));
+            return Err(ConfigError::at(key, format!("`{url}` must not carry a query")));
         }
     }
     Ok(())
@@ -388,7 +331,7 @@ mod tests {
         s.validate().unwrap();
 
         let mut s = valid();
-        s.admin.port = Some(crate::startup::STANDARD_PORT);
+        s.admin.port = Some(STANDARD_PORT);
         assert!(s.validate().unwrap_err().to_string().contains("admin.port"));
         let mut s = valid();
         s.http.port = Some(9000);

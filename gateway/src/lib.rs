@@ -10,3 +10,4 @@ pub mod proxy;
 pub mod rate_limit;
 pub mod routes;
 pub mod startup;
+pub mod state;

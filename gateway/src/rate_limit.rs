@@ -10,7 +10,7 @@ use std::time::Duration;
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use seckill_common::{ErrorCode, UserId};
-use seckill_web::{ApiError, Lifecycle};
+use seckill_web::{ApiError, Lifecycle, Ticker};
 
 use crate::configuration;
 
@@ -84,13 +84,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedRateLimiter<K> {
     pub fn spawn_cleanup(self: Arc<Self>, lifecycle: &Lifecycle, every: Duration) {
         let cancel = lifecycle.cancel.clone();
         lifecycle.spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = cancel.cancelled() => break,
-                    _ = ticks.tick() => self.forget_idle(),
-                }
+            let mut ticker = Ticker::new(every);
+            while ticker.tick(&cancel).await {
+                self.forget_idle();
             }
             tracing::debug!("rate-limit clean-up stopped");
         });

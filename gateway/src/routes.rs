@@ -4,8 +4,6 @@
 //! detailed `/readyz`.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
@@ -13,70 +11,11 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
 use seckill_common::ErrorCode;
 use seckill_common::api::{DevTokenRequest, TokenResponse};
-use seckill_web::health::{self, Check};
-use seckill_web::{ApiError, AuthUser};
+use seckill_web::{ApiError, health};
 use serde_json::json;
-use tokio::sync::Mutex;
 
-use crate::auth::Authenticator;
-use crate::body;
-use crate::proxy::{Proxy, Service};
-use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
-
-/// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
-/// public `/readyz` makes at most one round a second, not one per call.
-const READINESS_REUSE: Duration = Duration::from_secs(1);
-
-/// What every handler shares, built once at start.
-pub struct Gateway {
-    pub auth: Authenticator,
-    pub proxy: Proxy,
-    pub limiter: Arc<UserRateLimiter>,
-    /// Per client address, on the routes that take no token.
-    pub anonymous: Arc<AddressRateLimiter>,
-    /// `rate_limit.trusted_proxy_hops`.
-    pub proxy_hops: u8,
-    /// `http.body_limit_bytes`.
-    pub body_limit: usize,
-    pub last_readiness: LastReadiness,
-}
-
-/// The last round of upstream health checks and when it ended.
-#[derive(Default)]
-pub struct LastReadiness(Mutex<Option<(Instant, Arc<[Check]>)>>);
-
-impl Gateway {
-    /// Each service's state, at most `READINESS_REUSE` old. One round at a time: callers
-    /// arriving meanwhile wait for it and share it. Failures are logged here, once per round.
-    pub async fn readiness(&self) -> Arc<[Check]> {
-        let mut last = self.last_readiness.0.lock().await;
-        if let Some((at, checks)) = last.as_ref()
-            && at.elapsed() < READINESS_REUSE
-        {
-            return checks.clone();
-        }
-        let checks: Arc<[Check]> = self.proxy.readiness().await.into();
-        for (upstream, result) in checks.iter() {
-            if let Err(why) = result {
-                tracing::warn!(upstream, error = %why, "no replica of the upstream answers");
-            }
-        }
-        *last = Some((Instant::now(), checks.clone()));
-        checks
-    }
-
-    /// Reads the body within the limit and forwards the request.
-    async fn pass(
-        &self,
-        service: Service,
-        req: &HttpRequest,
-        payload: web::Payload,
-        caller: Option<AuthUser>,
-    ) -> Result<HttpResponse, ApiError> {
-        let body = body::read_limited(req, payload, self.body_limit).await?;
-        self.proxy.forward(service, req, body, caller).await
-    }
-}
+use crate::proxy::Service;
+use crate::state::Gateway;
 
 /// Registers the gateway's routes; the dev-token route only exists when `dev_tokens` is on,
 /// so with it off the path is an ordinary 404. The flash-sale routes come first, the order
@@ -204,22 +143,16 @@ async fn user_seckill(
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = gateway.auth.authenticate(&req)?;
-    gateway.limiter.check(caller.id)?;
-    gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
+    gateway.pass_as_user(Service::Seckill, false, &req, payload).await
 }
 
-/// `/api/admin/goods...` (a sale's creation, audit and repair): an admin token. seckill-service checks the role again; refusing
-/// here spares it the request.
+/// `/api/admin/goods...` (a sale's creation, audit and repair): an admin token.
 async fn admin_seckill(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = gateway.auth.authenticate(&req)?;
-    caller.require_admin()?;
-    gateway.limiter.check(caller.id)?;
-    gateway.pass(Service::Seckill, &req, payload, Some(caller)).await
+    gateway.pass_as_user(Service::Seckill, true, &req, payload).await
 }
 
 /// `/api/orders...`: a token and the per-user rate limit (the same bucket as the flash-sale
@@ -229,9 +162,7 @@ async fn user_order(
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = gateway.auth.authenticate(&req)?;
-    gateway.limiter.check(caller.id)?;
-    gateway.pass(Service::Order, &req, payload, Some(caller)).await
+    gateway.pass_as_user(Service::Order, false, &req, payload).await
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Builds the gateway from its settings: checks them, creates the shared state once (JWT keys,
+//! Builds the gateway from its settings: creates the shared state once (JWT keys,
 //! the upstream client, the rate limiters), binds the public server and the admin listener
 //! (metrics, detailed readiness) and starts the background clean-up.
 
@@ -8,26 +8,33 @@ use std::time::Duration;
 use actix_web::web;
 use anyhow::Context;
 use seckill_common::trust::{Peer, Trust};
-use seckill_web::{Application, Door, Lifecycle};
+use seckill_web::{Application, Door, Lifecycle, Service};
 
 use crate::auth::Authenticator;
-use crate::configuration::Settings;
+use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
 use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
-use crate::routes::{self, Gateway, LastReadiness};
+use crate::routes;
+use crate::state::{Gateway, LastReadiness};
 
-/// The gateway's standard port (`http.port` overrides it; 0 asks the OS, as tests do).
-pub const STANDARD_PORT: u16 = 8080;
-
-/// A bound, not yet running gateway. Fails, naming the key, on unusable settings (no JWT
-/// secret, no upstream replica, a zero limit) and when a port cannot be bound.
-pub async fn build(settings: Settings) -> anyhow::Result<Application> {
-    Ok(build_with_admin_port(settings).await?.0)
+/// How the binary runs the gateway (`seckill_web::runner`).
+impl Service for Settings {
+    async fn start(self) -> anyhow::Result<Application> {
+        Ok(start(self).await?.0)
+    }
 }
+
+/// Checks the settings, then builds: where tests and the e2e suite start a service.
+pub use seckill_web::runner::build;
 
 /// As `build`, with the port the admin listener got (the real one when 0 was asked for).
 pub async fn build_with_admin_port(settings: Settings) -> anyhow::Result<(Application, u16)> {
     settings.validate()?;
+    start(settings).await
+}
+
+/// Builds from settings already checked.
+async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let auth = Authenticator::new(settings.jwt_secret()?, Duration::from_secs(settings.dev_token.ttl_secs))?
         .with_rules(&settings.auth);
     let trust = Arc::new(Trust::for_service(Peer::Gateway, &settings.trust)?);
@@ -62,12 +69,11 @@ pub async fn build_with_admin_port(settings: Settings) -> anyhow::Result<(Applic
         tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
     tracing::info!(
-        port,
         admin_port,
         seckill = %settings.upstreams.seckill,
         order = %settings.upstreams.order,
         stock = %settings.upstreams.stock,
-        "gateway listening"
+        "gateway upstreams and admin listener"
     );
     Ok((Application::new(port, server, lifecycle).with_extra_server(admin), admin_port))
 }

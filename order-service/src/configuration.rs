@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use seckill_common::config::{
-    self, AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, RedisSettings,
-    UpstreamSettings,
+    AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
@@ -71,39 +70,47 @@ impl OrderSettings {
     }
 }
 
-impl Settings {
-    pub fn load() -> Result<Self, ConfigError> {
-        let settings: Self = config::load(SERVICE)?;
-        settings.validate()?;
-        Ok(settings)
-    }
+seckill_common::service_settings!(Settings, SERVICE);
 
+impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.order.batch_size == 0 || self.order.batch_size > 1_000 {
-            return Err(ConfigError::invalid(
-                "order.batch_size",
-                "SECKILL__ORDER__BATCH_SIZE",
-                "must be 1 to 1000",
-            ));
+        self.amqp.validate()?;
+        self.database.validate()?;
+        let order = &self.order;
+        if order.batch_size == 0 || order.batch_size > 1_000 {
+            return Err(ConfigError::at("order.batch_size", "must be 1 to 1000"));
         }
-        if usize::from(self.order.prefetch) < self.order.batch_size {
-            return Err(ConfigError::invalid(
-                "order.prefetch",
-                "SECKILL__ORDER__PREFETCH",
-                "must be at least order.batch_size",
-            ));
+        if usize::from(order.prefetch) < order.batch_size {
+            return Err(ConfigError::at("order.prefetch", "must be at least order.batch_size"));
         }
-        if self.order.ttl_secs == 0 {
-            return Err(ConfigError::invalid(
-                "order.ttl_secs",
-                "SECKILL__ORDER__TTL_SECS",
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        ConfigError::check_positive("order.ttl_secs", order.ttl_secs)?;
+        ConfigError::check_positive("order.consumers", order.consumers as u64)?;
+        ConfigError::check_positive("order.sweep_interval_secs", order.sweep_interval_secs)
     }
 
     pub fn database_url(&self) -> String {
         self.database.url_or(DATABASE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_instead_of_being_raised_to_one_is_refused_naming_the_key() {
+        let mut s = Settings::default();
+        s.validate().unwrap();
+        s.order.consumers = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__ORDER__CONSUMERS"));
+        let mut s = Settings::default();
+        s.order.sweep_interval_secs = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("order.sweep_interval_secs"));
+        let mut s = Settings::default();
+        s.order.prefetch = 10;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__ORDER__PREFETCH"));
+        let mut s = Settings::default();
+        s.amqp.publish_channels = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("amqp.publish_channels"));
     }
 }

@@ -1,29 +1,4 @@
-//! order-service binary: wiring only.
+//! order-service binary: the shared runner (`seckill_web::runner`) reads the settings, starts the
+//! logs, and migrates (`order-service migrate`) or serves until SIGTERM.
 
-use order_service::{Settings, startup};
-
-// The same allocator as the gateway and seckill-service, where glibc's malloc took about a
-// fifth of the CPU under load (perf) and mimalloc much less.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let settings = match Settings::load() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("order-service: {e}");
-            std::process::exit(1);
-        }
-    };
-    seckill_common::telemetry::init(&settings.log);
-    // `<binary> migrate`: prepare the database and exit (a pre-rollout Job or init container).
-    if std::env::args().nth(1).as_deref() == Some("migrate") {
-        startup::migrate(&settings).await?;
-        tracing::info!("database ready");
-        return Ok(());
-    }
-    let app = startup::build(settings).await?;
-    app.run_until_stopped(seckill_web::shutdown_signal()).await?;
-    Ok(())
-}
+seckill_web::service_main!(order_service::configuration::Settings);

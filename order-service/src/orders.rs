@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use seckill_common::api::{Order, OrderStatus};
+use seckill_common::api::{ActiveOrder, Order, OrderStatus};
 use seckill_common::{GoodsId, OrderId, UserId};
 use uuid::Uuid;
 
@@ -32,8 +32,14 @@ pub struct NewOrder {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A stored value the types refuse: the row is corrupt (a 500, never a client's fault).
 fn corrupt(what: String) -> diesel::result::Error {
     diesel::result::Error::DeserializationError(what.into())
+}
+
+/// A stored id as its type, which takes positive values only.
+fn id<T>(new: fn(i64) -> Option<T>, what: &str, value: i64) -> QueryResult<T> {
+    new(value).ok_or_else(|| corrupt(format!("{what} {value} is not positive")))
 }
 
 impl TryFrom<OrderRow> for Order {
@@ -41,10 +47,9 @@ impl TryFrom<OrderRow> for Order {
 
     fn try_from(row: OrderRow) -> Result<Self, Self::Error> {
         Ok(Order {
-            id: OrderId::new(row.id).ok_or_else(|| corrupt(format!("order id {}", row.id)))?,
-            user_id: UserId::new(row.user_id).ok_or_else(|| corrupt(format!("user id {}", row.user_id)))?,
-            goods_id: GoodsId::new(row.goods_id)
-                .ok_or_else(|| corrupt(format!("goods id {}", row.goods_id)))?,
+            id: id(OrderId::new, "order id", row.id)?,
+            user_id: id(UserId::new, "user id", row.user_id)?,
+            goods_id: id(GoodsId::new, "goods id", row.goods_id)?,
             price_cents: row.price_cents,
             status: OrderStatus::parse(&row.status)
                 .ok_or_else(|| corrupt(format!("status {}", row.status)))?,
@@ -52,6 +57,15 @@ impl TryFrom<OrderRow> for Order {
             expires_at: row.expires_at,
         })
     }
+}
+
+/// An active order as seckill-service reads it.
+pub fn active_order(order_id: i64, user_id: i64, request_id: Uuid) -> QueryResult<ActiveOrder> {
+    Ok(ActiveOrder {
+        order_id: id(OrderId::new, "order id", order_id)?,
+        user_id: id(UserId::new, "user id", user_id)?,
+        request_id,
+    })
 }
 
 /// The statuses of an active order: the one a user may hold per sale.
@@ -100,15 +114,14 @@ pub async fn active_of_user(
         .optional()
 }
 
-/// A page of a sale's active orders, by order id after `after_id`: (order id, user id,
-/// request id).
+/// A page of a sale's active orders, by order id after `after_id`.
 pub async fn active_of_sale(
     conn: &mut AsyncPgConnection,
     goods: GoodsId,
     after_id: i64,
     limit: i64,
-) -> QueryResult<Vec<(i64, i64, Uuid)>> {
-    orders::table
+) -> QueryResult<Vec<ActiveOrder>> {
+    let rows: Vec<(i64, i64, Uuid)> = orders::table
         .filter(orders::goods_id.eq(goods.get()))
         .filter(orders::status.eq_any(ACTIVE))
         .filter(orders::id.gt(after_id))
@@ -116,7 +129,10 @@ pub async fn active_of_sale(
         .limit(limit)
         .select((orders::id, orders::user_id, orders::request_id))
         .load(conn)
-        .await
+        .await?;
+    rows.into_iter()
+        .map(|(order_id, user_id, request_id)| active_order(order_id, user_id, request_id))
+        .collect()
 }
 
 pub async fn count_active(conn: &mut AsyncPgConnection, goods: GoodsId) -> QueryResult<i64> {
@@ -181,39 +197,46 @@ pub async fn find_for_user(
 pub mod transition {
     use super::*;
 
-    /// unpaid -> paid, only by its owner and only before it expires.
-    pub async fn pay(
+    /// What a buyer may do to an unpaid order of theirs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Change {
+        /// unpaid -> paid, only before it expires.
+        Pay,
+        /// unpaid -> cancelled, at any time.
+        Cancel,
+    }
+
+    impl Change {
+        fn to(self) -> OrderStatus {
+            match self {
+                Change::Pay => OrderStatus::Paid,
+                Change::Cancel => OrderStatus::Cancelled,
+            }
+        }
+    }
+
+    /// Makes the owner's change to an unpaid order; `None` when it is not theirs, not unpaid
+    /// or (to pay) past its payment deadline.
+    pub async fn by_owner(
         conn: &mut AsyncPgConnection,
         id: OrderId,
         user: UserId,
+        change: Change,
     ) -> QueryResult<Option<OrderRow>> {
+        // A cancel is not bound to the deadline: true for it, bound as a parameter.
+        let any_time = change != Change::Pay;
         diesel::update(
             orders::table
                 .filter(orders::id.eq(id.get()))
                 .filter(orders::user_id.eq(user.get()))
                 .filter(orders::status.eq(OrderStatus::Unpaid.as_str()))
-                .filter(orders::expires_at.gt(diesel::dsl::now)),
+                .filter(
+                    orders::expires_at
+                        .gt(diesel::dsl::now)
+                        .or(any_time.into_sql::<diesel::sql_types::Bool>()),
+                ),
         )
-        .set((orders::status.eq(OrderStatus::Paid.as_str()), orders::updated_at.eq(diesel::dsl::now)))
-        .returning(OrderRow::as_returning())
-        .get_result(conn)
-        .await
-        .optional()
-    }
-
-    /// unpaid -> cancelled, only by its owner.
-    pub async fn cancel(
-        conn: &mut AsyncPgConnection,
-        id: OrderId,
-        user: UserId,
-    ) -> QueryResult<Option<OrderRow>> {
-        diesel::update(
-            orders::table
-                .filter(orders::id.eq(id.get()))
-                .filter(orders::user_id.eq(user.get()))
-                .filter(orders::status.eq(OrderStatus::Unpaid.as_str())),
-        )
-        .set((orders::status.eq(OrderStatus::Cancelled.as_str()), orders::updated_at.eq(diesel::dsl::now)))
+        .set((orders::status.eq(change.to().as_str()), orders::updated_at.eq(diesel::dsl::now)))
         .returning(OrderRow::as_returning())
         .get_result(conn)
         .await

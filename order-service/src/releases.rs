@@ -14,6 +14,7 @@ use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, OrderId, UserId};
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
+use seckill_web::Ticker;
 use tokio_util::sync::CancellationToken;
 
 use crate::orders::{OrderRow, transition};
@@ -105,13 +106,8 @@ pub async fn run_sweeper(
     grace: Duration,
     cancel: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(every);
+    while ticker.tick(&cancel).await {
         if let Err(e) = releaser.sweep(grace).await {
             tracing::warn!(error = format!("{e:#}"), "sweep failed; next tick tries again");
         }

@@ -82,32 +82,21 @@ impl ResultStore {
 
     /// Tells each buyer their order id, and marks their reservation as that order.
     pub async fn succeed(&self, done: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
-        if done.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for (r, order_id) in done {
-            let mut inv = self.scripts.succeed.prepare_invoke();
+        self.tell(&self.scripts.succeed, done, |inv, (r, order_id)| {
             inv.key(self.keys.users(r.goods_id))
                 .key(self.keys.result(r.goods_id, r.user_id))
                 .arg(r.user_id.get())
                 .arg(r.request_id.to_string())
                 .arg(order_id);
-            pipe.invoke_script(&inv).ignore();
-        }
-        self.run::<()>(&pipe).await
+        })
+        .await
     }
 
     /// Requests whose buyer holds another active order of the sale: (request, that order's
     /// request id, its order id). The buyer is told that order; the unit the request held in
     /// Redis goes back to the stock (its deduction was released).
     pub async fn supersede(&self, superseded: &[(OrderRequest, uuid::Uuid, i64)]) -> anyhow::Result<()> {
-        if superseded.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for (r, holder, order_id) in superseded {
-            let mut inv = self.scripts.supersede.prepare_invoke();
+        self.tell(&self.scripts.supersede, superseded, |inv, (r, holder, order_id)| {
             inv.key(self.keys.stock(r.goods_id))
                 .key(self.keys.users(r.goods_id))
                 .key(self.keys.result(r.goods_id, r.user_id))
@@ -115,26 +104,39 @@ impl ResultStore {
                 .arg(r.request_id.to_string())
                 .arg(holder.to_string())
                 .arg(order_id);
-            pipe.invoke_script(&inv).ignore();
-        }
-        self.run::<()>(&pipe).await
+        })
+        .await
     }
 
     /// Ends claimed requests without an order: `failed` for the buyer, who may try again; the
     /// unit goes back to the Redis stock where `give_back` (it exists at the authority).
     pub async fn fail(&self, failed: &[(OrderRequest, bool)]) -> anyhow::Result<()> {
-        if failed.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for (r, give_back) in failed {
-            let mut inv = self.scripts.fail_claimed.prepare_invoke();
+        self.tell(&self.scripts.fail_claimed, failed, |inv, (r, give_back)| {
             inv.key(self.keys.stock(r.goods_id))
                 .key(self.keys.users(r.goods_id))
                 .key(self.keys.result(r.goods_id, r.user_id))
                 .arg(r.user_id.get())
                 .arg(r.request_id.to_string())
                 .arg(if *give_back { "1" } else { "0" });
+        })
+        .await
+    }
+
+    /// Calls `script` once per item, all in one pipeline, its answers ignored; `call` gives a
+    /// call its keys and arguments.
+    async fn tell<T>(
+        &self,
+        script: &redis::Script,
+        items: &[T],
+        call: impl Fn(&mut redis::ScriptInvocation<'_>, &T),
+    ) -> anyhow::Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for item in items {
+            let mut inv = script.prepare_invoke();
+            call(&mut inv, item);
             pipe.invoke_script(&inv).ignore();
         }
         self.run::<()>(&pipe).await

@@ -1,6 +1,7 @@
 //! Builds order-service from its settings: database (created and migrated on first start),
 //! Redis, the broker, the consumers, the sweeper, the HTTP server.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use seckill_common::trust::{Peer, Trust};
 use seckill_infra::amqp::{Declare, Publisher};
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Door, Lifecycle};
+use seckill_web::{Application, Lifecycle, Service};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::fulfil::Fulfiller;
@@ -24,18 +25,25 @@ use crate::{consumer as handlers, routes};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// Creates and migrates the database, then returns: the `migrate` mode of the binary, for a
-/// Job or an init container that prepares the database once per rollout.
-pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
-    seckill_db::prepare(&settings.database_url(), MIGRATIONS).await
+/// How the binary runs the service (`seckill_web::runner`).
+impl Service for Settings {
+    async fn start(self) -> anyhow::Result<Application> {
+        start(self).await
+    }
+
+    fn migrate(&self) -> Option<impl Future<Output = anyhow::Result<()>>> {
+        let url = self.database_url();
+        Some(async move { seckill_db::prepare(&url, MIGRATIONS).await })
+    }
 }
 
-pub async fn build(settings: Settings) -> anyhow::Result<Application> {
-    settings.validate()?;
+/// Checks the settings, then builds: where tests and the e2e suite start a service.
+pub use seckill_web::runner::build;
+
+/// Builds from settings already checked.
+async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Order, &settings.trust)?);
-    let url = settings.database_url();
-    seckill_db::prepare(&url, MIGRATIONS).await?;
-    let pool = seckill_db::pool(&settings.database, &url)?;
+    let pool = seckill_db::open(&settings.database, &settings.database_url(), MIGRATIONS).await?;
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let results = ResultStore::new(redis, RedisKeys::new(settings.redis.key_prefix.clone()));
     results
@@ -63,35 +71,32 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         names.clone(),
         settings.order.ttl(),
     ));
-    let releaser = Arc::new(Releaser::new(pool, publisher.clone(), names.clone()));
+    let releaser = Arc::new(Releaser::new(pool.clone(), publisher.clone(), names.clone()));
 
     let lifecycle = Lifecycle::new();
     let pause = settings.order.outage_pause();
-    for index in 0..settings.order.consumers.max(1) {
-        let spec = ConsumerSpec {
-            name: format!("{SERVICE}-orders-{index}"),
-            source: Source::Queue(names.orders_queue()),
-            from: Peer::Seckill,
-            trust: trust.clone(),
-            declares: vec![Declare::WorkQueue(names.orders_queue())],
-            prefetch: settings.order.prefetch,
-            batch_size: settings.order.batch_size,
-        };
+    for index in 0..settings.order.consumers {
+        let spec = ConsumerSpec::new(
+            format!("{SERVICE}-orders-{index}"),
+            Source::Queue(names.orders_queue()),
+            Peer::Seckill,
+            trust.clone(),
+            vec![Declare::WorkQueue(names.orders_queue())],
+        )
+        .batches(settings.order.prefetch, settings.order.batch_size);
         let fulfiller = fulfiller.clone();
         lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
             let fulfiller = fulfiller.clone();
             async move { handlers::handle_orders(&fulfiller, inbox, pause).await }
         }));
     }
-    let spec = ConsumerSpec {
-        name: format!("{SERVICE}-expire"),
-        source: Source::Queue(names.order_expire_queue()),
-        from: Peer::Order,
-        trust: trust.clone(),
-        declares: vec![Declare::OrderDelay { ttl_secs }],
-        prefetch: 100,
-        batch_size: 50,
-    };
+    let spec = ConsumerSpec::new(
+        format!("{SERVICE}-expire"),
+        Source::Queue(names.order_expire_queue()),
+        Peer::Order,
+        trust.clone(),
+        vec![Declare::OrderDelay { ttl_secs }],
+    );
     let (r, f) = (releaser.clone(), fulfiller.clone());
     lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
         let (r, f) = (r.clone(), f.clone());
@@ -99,22 +104,13 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
     }));
     lifecycle.spawn(releases::run_sweeper(
         releaser.clone(),
-        Duration::from_secs(settings.order.sweep_interval_secs.max(1)),
+        Duration::from_secs(settings.order.sweep_interval_secs),
         Duration::from_secs(settings.order.sweep_grace_secs),
         lifecycle.cancel.clone(),
     ));
     let closing = publisher.clone();
-    let cancel = lifecycle.cancel.clone();
-    lifecycle.spawn(async move {
-        cancel.cancelled().await;
-        closing.close().await;
-    });
+    lifecycle.at_shutdown(async move { closing.close().await });
 
-    let state = web::Data::new(AppState { fulfiller, releaser, publisher });
-    let (server, port) =
-        seckill_web::serve(&settings.http, STANDARD_PORT, Door::Trusted(trust), move |cfg| {
-            cfg.app_data(state.clone()).configure(routes::configure);
-        })?;
-    tracing::info!(port, "order-service listening");
-    Ok(Application::new(port, server, lifecycle))
+    let state = web::Data::new(AppState { pool, fulfiller, releaser, publisher });
+    seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
 }

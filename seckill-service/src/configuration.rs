@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use seckill_common::config::{
-    self, AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
+    AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
@@ -72,28 +72,40 @@ impl SeckillSettings {
     }
 }
 
-impl Settings {
-    pub fn load() -> Result<Self, ConfigError> {
-        let settings: Self = config::load(SERVICE)?;
-        settings.validate()?;
-        Ok(settings)
-    }
+seckill_common::service_settings!(Settings, SERVICE);
 
+impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.seckill.token_ttl_secs == 0 {
-            return Err(ConfigError::invalid(
-                "seckill.token_ttl_secs",
-                "SECKILL__SECKILL__TOKEN_TTL_SECS",
-                "must be at least 1",
-            ));
-        }
-        if self.seckill.reconcile_after_secs * 1000 <= self.amqp.confirm_timeout_ms {
-            return Err(ConfigError::invalid(
+        self.amqp.validate()?;
+        let seckill = &self.seckill;
+        ConfigError::check_positive("seckill.token_ttl_secs", seckill.token_ttl_secs)?;
+        ConfigError::check_positive("seckill.reconcile_interval_secs", seckill.reconcile_interval_secs)?;
+        ConfigError::check_positive("seckill.audit_interval_secs", seckill.audit_interval_secs)?;
+        if seckill.reconcile_after_secs.saturating_mul(1000) <= self.amqp.confirm_timeout_ms {
+            return Err(ConfigError::at(
                 "seckill.reconcile_after_secs",
-                "SECKILL__SECKILL__RECONCILE_AFTER_SECS",
                 "must exceed amqp.confirm_timeout_ms, or the reconciler could publish again a request still awaiting its confirm",
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_a_zero_interval_names_the_key() {
+        Settings::default().validate().unwrap();
+        let mut s = Settings::default();
+        s.seckill.reconcile_interval_secs = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__SECKILL__RECONCILE_INTERVAL_SECS"));
+        let mut s = Settings::default();
+        s.seckill.audit_interval_secs = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("seckill.audit_interval_secs"));
+        let mut s = Settings::default();
+        s.seckill.reconcile_after_secs = 5;
+        assert!(s.validate().unwrap_err().to_string().contains("seckill.reconcile_after_secs"));
     }
 }

@@ -1,23 +1,4 @@
-//! seckill-service binary: wiring only.
+//! seckill-service binary: the shared runner (`seckill_web::runner`) reads the settings,
+//! starts the logs and serves until SIGTERM.
 
-use seckill_service::{Settings, startup};
-
-// Many small, short-lived allocations on every request, across threads: glibc's malloc took
-// about a fifth of the CPU under load (perf); mimalloc takes much less.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let settings = match Settings::load() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("seckill-service: {e}");
-            std::process::exit(1);
-        }
-    };
-    seckill_common::telemetry::init(&settings.log);
-    let app = startup::build(settings).await?;
-    app.run_until_stopped(seckill_web::shutdown_signal()).await?;
-    Ok(())
-}
+seckill_web::service_main!(seckill_service::configuration::Settings);

@@ -16,6 +16,7 @@ use actix_web::web;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::api::SaleWindow;
 use seckill_common::trust::Peer;
+use seckill_web::Ticker;
 use tokio_util::sync::CancellationToken;
 
 use crate::restore;
@@ -24,16 +25,12 @@ use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 
 pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
-    let every = Duration::from_secs(state.settings.reconcile_interval_secs.max(1));
-    let audit_every = Duration::from_secs(state.settings.audit_interval_secs.max(1));
+    // Both at least 1: refused at start otherwise.
+    let every = Duration::from_secs(state.settings.reconcile_interval_secs);
+    let audit_every = Duration::from_secs(state.settings.audit_interval_secs);
     let mut last_audit = Instant::now();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = Ticker::new(every);
+    while ticker.tick(&cancel).await {
         let audit_now = last_audit.elapsed() >= audit_every;
         if audit_now {
             last_audit = Instant::now();

@@ -22,6 +22,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let redis = seckill_infra::redis::ping(state.gate.redis()).await;
-    let broker = if state.publisher.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) };
+    let broker = state.publisher.readiness().await;
     seckill_web::health::readiness(&[("redis", redis), ("broker", broker)])
 }

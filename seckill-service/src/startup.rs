@@ -11,7 +11,7 @@ use seckill_infra::amqp::{Declare, Publisher};
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Door, Lifecycle};
+use seckill_web::{Application, Lifecycle, Service};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::confirmations::Confirmations;
@@ -20,8 +20,18 @@ use crate::sales::SaleBook;
 use crate::state::AppState;
 use crate::{broadcast, reconcile, restore, routes};
 
-pub async fn build(settings: Settings) -> anyhow::Result<Application> {
-    settings.validate()?;
+/// How the binary runs the service (`seckill_web::runner`).
+impl Service for Settings {
+    async fn start(self) -> anyhow::Result<Application> {
+        start(self).await
+    }
+}
+
+/// Checks the settings, then builds: where tests and the e2e suite start a service.
+pub use seckill_web::runner::build;
+
+/// Builds from settings already checked.
+async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Seckill, &settings.trust)?);
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let gate = Arc::new(Gate::new(redis, RedisKeys::new(settings.redis.key_prefix.clone())));
@@ -64,28 +74,26 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         }
     });
     lifecycle.spawn(reconcile::run(state.clone(), lifecycle.cancel.clone()));
-    let restocks = ConsumerSpec {
-        name: format!("{SERVICE}-restock"),
-        source: Source::Queue(names.restock_queue()),
-        from: Peer::Stock,
-        trust: trust.clone(),
-        declares: vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
-        prefetch: 100,
-        batch_size: 50,
-    };
+    let restocks = ConsumerSpec::new(
+        format!("{SERVICE}-restock"),
+        Source::Queue(names.restock_queue()),
+        Peer::Stock,
+        trust.clone(),
+        vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
+    );
     let s = state.clone();
     lifecycle.spawn(consumer::run(settings.amqp.clone(), restocks, lifecycle.cancel.clone(), move |inbox| {
         broadcast::handle_restocks(s.clone(), inbox)
     }));
-    let broadcasts = ConsumerSpec {
-        name: format!("{SERVICE}-broadcast"),
-        source: Source::Fanout(names.broadcast_exchange()),
-        from: Peer::Seckill,
-        trust: trust.clone(),
-        declares: vec![Declare::Broadcast],
-        prefetch: 100,
-        batch_size: 100,
-    };
+    // A broadcast is one small message for every replica: handled a hundred at a time.
+    let broadcasts = ConsumerSpec::new(
+        format!("{SERVICE}-broadcast"),
+        Source::Fanout(names.broadcast_exchange()),
+        Peer::Seckill,
+        trust.clone(),
+        vec![Declare::Broadcast],
+    )
+    .batches(ConsumerSpec::PREFETCH, 100);
     let s = state.clone();
     lifecycle.spawn(consumer::run(
         settings.amqp.clone(),
@@ -94,17 +102,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         move |inbox| broadcast::handle_broadcasts(s.clone(), inbox),
     ));
     let closing = state.clone();
-    let cancel = lifecycle.cancel.clone();
-    lifecycle.spawn(async move {
-        // After the last request has been answered: close the broker connection cleanly.
-        cancel.cancelled().await;
-        closing.publisher.close().await;
-    });
+    lifecycle.at_shutdown(async move { closing.publisher.close().await });
 
-    let (server, port) =
-        seckill_web::serve(&settings.http, STANDARD_PORT, Door::Trusted(trust), move |cfg| {
-            cfg.app_data(state.clone()).configure(routes::configure);
-        })?;
-    tracing::info!(port, "seckill-service listening");
-    Ok(Application::new(port, server, lifecycle))
+    seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
 }

@@ -27,32 +27,6 @@ pub struct GoodsRow {
     pub end_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Insertable)]
-#[diesel(table_name = goods)]
-pub struct NewGoodsRow<'a> {
-    pub name: &'a str,
-    pub price_cents: i64,
-    pub seckill_price_cents: i64,
-    pub stock_total: i64,
-    pub stock_available: i64,
-    pub start_at: DateTime<Utc>,
-    pub end_at: DateTime<Utc>,
-}
-
-impl<'a> From<&'a NewGoods> for NewGoodsRow<'a> {
-    fn from(g: &'a NewGoods) -> Self {
-        Self {
-            name: g.name.trim(),
-            price_cents: g.price_cents,
-            seckill_price_cents: g.seckill_price_cents,
-            stock_total: g.stock_total,
-            stock_available: g.stock_total,
-            start_at: g.start_at,
-            end_at: g.end_at,
-        }
-    }
-}
-
 impl TryFrom<GoodsRow> for Goods {
     type Error = diesel::result::Error;
 
@@ -101,7 +75,16 @@ pub async fn find(conn: &mut AsyncPgConnection, id: GoodsId) -> QueryResult<Opti
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewGoods) -> QueryResult<Goods> {
     diesel::insert_into(goods::table)
-        .values(NewGoodsRow::from(new))
+        .values((
+            goods::name.eq(new.name.trim()),
+            goods::price_cents.eq(new.price_cents),
+            goods::seckill_price_cents.eq(new.seckill_price_cents),
+            goods::stock_total.eq(new.stock_total),
+            // A new sale has all of its stock.
+            goods::stock_available.eq(new.stock_total),
+            goods::start_at.eq(new.start_at),
+            goods::end_at.eq(new.end_at),
+        ))
         .returning(GoodsRow::as_returning())
         .get_result(conn)
         .await
@@ -238,23 +221,37 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
+    /// `callers` calls at once on a cold cache, whose refill takes 50 ms and answers `answer`.
+    async fn slow_refills(
+        callers: usize,
+        answer: fn() -> Result<Bytes, ApiError>,
+    ) -> (Vec<Result<Bytes, ApiError>>, Arc<ListCache>, Arc<AtomicUsize>) {
+        let (cache, calls) = counted(Duration::from_secs(60));
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let (cache, calls) = (cache.clone(), calls.clone());
+                tokio::spawn(async move {
+                    cache
+                        .get_or_refill(|| async {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            answer()
+                        })
+                        .await
+                })
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(callers);
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        (answers, cache, calls)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_misses_share_one_refill() {
-        let (cache, calls) = counted(Duration::from_secs(60));
-        let slow_refill = |cache: Arc<ListCache>, calls: Arc<AtomicUsize>| async move {
-            cache
-                .get_or_refill(|| async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    Ok(Bytes::from_static(b"[]"))
-                })
-                .await
-        };
-        let tasks: Vec<_> =
-            (0..100).map(|_| tokio::spawn(slow_refill(cache.clone(), calls.clone()))).collect();
-        for task in tasks {
-            assert_eq!(task.await.unwrap().unwrap(), "[]");
-        }
+        let (answers, _, calls) = slow_refills(100, || Ok(Bytes::from_static(b"[]"))).await;
+        assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|list| list == "[]")));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
@@ -286,19 +283,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn callers_waiting_on_a_failed_refill_share_its_answer() {
-        let (cache, calls) = counted(Duration::from_secs(60));
-        let failing = |cache: Arc<ListCache>, calls: Arc<AtomicUsize>| async move {
-            cache
-                .get_or_refill(|| async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    Err(ApiError::unavailable("database", anyhow::anyhow!("down")))
-                })
-                .await
-        };
-        let tasks: Vec<_> = (0..20).map(|_| tokio::spawn(failing(cache.clone(), calls.clone()))).collect();
-        for task in tasks {
-            assert_eq!(task.await.unwrap().unwrap_err().code, ErrorCode::Unavailable);
+        let down = || Err(ApiError::unavailable("database", anyhow::anyhow!("down")));
+        let (answers, cache, calls) = slow_refills(20, down).await;
+        for answer in answers {
+            assert_eq!(answer.unwrap_err().code, ErrorCode::Unavailable);
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1, "one try for all who waited");
         // A caller arriving after the failure tries again.

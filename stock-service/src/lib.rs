@@ -9,5 +9,6 @@ pub mod releases;
 pub mod routes;
 pub mod schema;
 pub mod startup;
+pub mod state;
 
 pub use configuration::Settings;

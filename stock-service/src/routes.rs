@@ -5,8 +5,11 @@ pub mod internal;
 
 use actix_web::{HttpResponse, web};
 use seckill_common::trust::Peer;
-use seckill_db::PgPool;
+use seckill_common::{ErrorCode, GoodsId};
+use seckill_web::ApiError;
 use seckill_web::trust::internal_route;
+
+use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/readyz", web::get().to(readyz))
@@ -35,6 +38,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-async fn readyz(pool: web::Data<PgPool>) -> HttpResponse {
-    seckill_web::health::readiness(&[("database", seckill_db::ping(&pool).await)])
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    seckill_web::health::readiness(&[("database", seckill_db::ping(&state.pool).await)])
+}
+
+/// The public and the internal routes answer a missing sale alike.
+fn goods_not_found(id: GoodsId) -> ApiError {
+    ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {id}"))
 }

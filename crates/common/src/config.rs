@@ -4,21 +4,98 @@
 //! Each service composes its own settings from the sections below; every section has serde
 //! defaults, so a file or the environment only names what differs.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-/// Reads the layered configuration of `service` into `T`.
+/// Reads the layered configuration of `service` into `T`: its file, then the process environment.
 pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
     let file = match std::env::var("SECKILL_CONFIG") {
-        Ok(path) => config::File::with_name(&path).required(true),
-        Err(_) => config::File::with_name(&format!("config/{service}")).required(false),
+        Ok(path) => ConfigFile::Required(path),
+        Err(_) => ConfigFile::Optional(format!("config/{service}")),
     };
-    let env =
-        config::Environment::with_prefix("SECKILL").prefix_separator("__").separator("__").try_parsing(true);
-    let built = config::Config::builder().add_source(file).add_source(env).build()?;
-    Ok(built.try_deserialize()?)
+    load_from(file, None)
+}
+
+/// Which file [`load_from`] reads under the environment.
+#[derive(Debug, Clone)]
+pub enum ConfigFile {
+    /// None, as in a container image (built-in defaults and the environment only).
+    None,
+    /// This file if it exists (a name without extension finds `.toml`).
+    Optional(String),
+    /// This file; a missing one is an error.
+    Required(String),
+}
+
+/// The layers of [`load`] from explicit sources: `env` stands in for the process environment
+/// when given (all its variables; only `SECKILL__*` ones are read), so deployment checks read
+/// manifests' variables exactly as a service would, unknown keys refused the same way.
+pub fn load_from<T: DeserializeOwned>(
+    file: ConfigFile,
+    env: Option<HashMap<String, String>>,
+) -> Result<T, ConfigError> {
+    let mut builder = config::Config::builder();
+    match file {
+        ConfigFile::None => {}
+        ConfigFile::Optional(path) => {
+            builder = builder.add_source(config::File::with_name(&path).required(false))
+        }
+        ConfigFile::Required(path) => {
+            builder = builder.add_source(config::File::with_name(&path).required(true))
+        }
+    }
+    let env = config::Environment::with_prefix("SECKILL")
+        .prefix_separator("__")
+        .separator("__")
+        .try_parsing(true)
+        .source(env.map(|vars| vars.into_iter().collect()));
+    Ok(builder.add_source(env).build()?.try_deserialize()?)
+}
+
+/// The settings of one service: its name (which names its config file), where its log
+/// settings are, and its checks. [`ServiceSettings::load`] is the one way a service reads them.
+pub trait ServiceSettings: DeserializeOwned {
+    /// The service's name: `config/<SERVICE>.toml`, its logs, its broker connections.
+    const SERVICE: &'static str;
+
+    fn log(&self) -> &LogSettings;
+
+    /// Fails on the first unusable value, naming its key and environment variable.
+    fn validate(&self) -> Result<(), ConfigError>;
+
+    /// Reads the layered configuration ([`load`]) and checks it, once.
+    fn load() -> Result<Self, ConfigError> {
+        let settings: Self = load(Self::SERVICE)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+}
+
+/// Implements [`ServiceSettings`] for a service's settings struct, which has a `log` section
+/// and an inherent `validate`: `seckill_common::service_settings!(Settings, "order-service");`.
+#[macro_export]
+macro_rules! service_settings {
+    ($settings:ty, $service:expr) => {
+        impl $crate::config::ServiceSettings for $settings {
+            const SERVICE: &'static str = $service;
+
+            fn log(&self) -> &$crate::config::LogSettings {
+                &self.log
+            }
+
+            fn validate(&self) -> ::std::result::Result<(), $crate::config::ConfigError> {
+                <$settings>::validate(self)
+            }
+        }
+    };
+}
+
+/// The environment variable that sets `key`: `order.consumers` is `SECKILL__ORDER__CONSUMERS`.
+pub fn env_name(key: &str) -> String {
+    format!("SECKILL__{}", key.replace('.', "__").to_uppercase())
 }
 
 /// A configuration that cannot be used; the message names the key.
@@ -27,12 +104,23 @@ pub enum ConfigError {
     #[error("configuration: {0}")]
     Source(#[from] config::ConfigError),
     #[error("configuration key `{key}` (env {env}): {problem}")]
-    Invalid { key: &'static str, env: &'static str, problem: String },
+    Invalid { key: &'static str, env: String, problem: String },
 }
 
 impl ConfigError {
-    pub fn invalid(key: &'static str, env: &'static str, problem: impl Into<String>) -> Self {
-        Self::Invalid { key, env, problem: problem.into() }
+    /// `key` is unusable; its environment variable follows from it ([`env_name`]).
+    pub fn at(key: &'static str, problem: impl Into<String>) -> Self {
+        Self::Invalid { key, env: env_name(key), problem: problem.into() }
+    }
+
+    /// As [`ConfigError::at`], for a key whose variable is spelled out by the caller.
+    pub fn invalid(key: &'static str, env: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self::Invalid { key, env: env.into(), problem: problem.into() }
+    }
+
+    /// `key` must be at least 1 (instead of being raised to 1 in silence).
+    pub fn check_positive(key: &'static str, value: u64) -> Result<(), Self> {
+        if value == 0 { Err(Self::at(key, "must be at least 1")) } else { Ok(()) }
     }
 }
 
@@ -119,6 +207,10 @@ impl DatabaseSettings {
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.acquire_timeout_ms)
     }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check_positive("database.pool_size", self.pool_size as u64)
+    }
 }
 
 /// `redis.*`.
@@ -175,6 +267,13 @@ impl Default for AmqpSettings {
             max_attempts: 5,
             retry_delay_ms: 1_000,
         }
+    }
+}
+
+impl AmqpSettings {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check_positive("amqp.publish_channels", self.publish_channels as u64)?;
+        ConfigError::check_positive("amqp.max_attempts", u64::from(self.max_attempts))
     }
 }
 
@@ -256,6 +355,39 @@ pub fn split_urls(list: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_names_follow_from_the_key() {
+        assert_eq!(env_name("order.consumers"), "SECKILL__ORDER__CONSUMERS");
+        assert_eq!(env_name("rate_limit.per_user_per_sec"), "SECKILL__RATE_LIMIT__PER_USER_PER_SEC");
+        let message = ConfigError::at("stock.outage_pause_ms", "must be at least 1").to_string();
+        assert!(
+            message.contains("`stock.outage_pause_ms` (env SECKILL__STOCK__OUTAGE_PAUSE_MS)"),
+            "{message}"
+        );
+        assert!(ConfigError::check_positive("order.consumers", 0).is_err());
+        assert!(ConfigError::check_positive("order.consumers", 1).is_ok());
+    }
+
+    #[test]
+    fn an_explicit_environment_stands_in_for_the_process_one() {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        struct Two {
+            http: HttpSettings,
+            log: LogSettings,
+        }
+        let env = |pairs: &[(&str, &str)]| {
+            Some(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<HashMap<_, _>>())
+        };
+        let s: Two =
+            load_from(ConfigFile::None, env(&[("SECKILL__HTTP__PORT", "9"), ("OTHER", "x")])).unwrap();
+        assert_eq!((s.http.port, s.log.level.as_str()), (Some(9), "info"));
+        let err = load_from::<Two>(ConfigFile::None, env(&[("SECKILL__HTTP__PROT", "9")])).unwrap_err();
+        assert!(err.to_string().contains("prot"), "{err}");
+        assert!(load_from::<Two>(ConfigFile::None, env(&[("SECKILL__REDIS__URL", "redis://r")])).is_err());
+        assert!(load_from::<Two>(ConfigFile::Required("no/such/file".into()), env(&[])).is_err());
+    }
 
     #[test]
     fn urls_split_and_trim() {

@@ -1,7 +1,7 @@
 //! PostgreSQL plumbing shared by the services that own a database (stock-service and
 //! order-service): the pool, its per-connection settings, creating the database on first start,
-//! embedded migrations without libpq, TLS when `database.url` asks for it (see [`tls`]), and the
-//! mapping of database errors to API errors.
+//! embedded migrations without libpq, TLS when `database.url` asks for it (see [`tls`]), and
+//! [`DbError`] with the one rule that tells a database outage from a query's own failure.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +12,7 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
-use seckill_common::ErrorCode;
 use seckill_common::config::DatabaseSettings;
-use seckill_web::ApiError;
 
 pub mod tls;
 
@@ -65,6 +63,16 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
 /// maintenance database, so one creates and migrates while the others wait and then find
 /// nothing to do. Where the maintenance database cannot be reached (a managed database that
 /// only grants its own), it goes ahead without the lock.
+/// A database service's start: its database created if missing and migrated, then its pool.
+pub async fn open(
+    settings: &DatabaseSettings,
+    url: &str,
+    migrations: EmbeddedMigrations,
+) -> anyhow::Result<PgPool> {
+    prepare(url, migrations).await?;
+    pool(settings, url)
+}
+
 pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
     // A wrong `sslmode` or CA file is said as such, not as a missing maintenance database.
     PgTarget::parse(url)?;
@@ -155,24 +163,38 @@ pub async fn run_migrations(url: &str, migrations: EmbeddedMigrations) -> anyhow
     .await?
 }
 
-/// Takes a connection, or answers 503 naming the database.
-pub async fn conn(pool: &PgPool) -> Result<PgConn, ApiError> {
-    pool.get().await.map_err(pool_error)
+/// What went wrong with the database: no connection from the pool, or a query that failed.
+/// Says nothing of HTTP; the services' API answers are made from it in one place
+/// (`seckill_web::ApiError`'s `From`).
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("no database connection")]
+    Pool(#[from] PoolError),
+    #[error("database query failed")]
+    Query(#[from] QueryError),
 }
 
-pub fn pool_error(e: PoolError) -> ApiError {
-    ApiError::unavailable("database", e)
+pub use diesel::result::Error as QueryError;
+
+impl DbError {
+    /// True when the database failed, not the query: see [`is_outage`].
+    pub fn is_outage(&self) -> bool {
+        match self {
+            // Timeout, refused, failed setup: no connection to try the query on.
+            DbError::Pool(_) => true,
+            DbError::Query(e) => query_outage(e),
+        }
+    }
+
+    /// The row asked for does not exist (`first` without `optional`).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, DbError::Query(QueryError::NotFound))
+    }
 }
 
-/// Maps a query error: an outage (see [`outage`]) is 503, anything else 500.
-pub fn query_error(e: diesel::result::Error) -> ApiError {
-    if outage(&e) {
-        return ApiError::unavailable("database", e);
-    }
-    match e {
-        diesel::result::Error::NotFound => ApiError::new(ErrorCode::NotFound, "not found"),
-        e => ApiError::internal(e),
-    }
+/// Takes a connection from the pool.
+pub async fn conn(pool: &PgPool) -> Result<PgConn, DbError> {
+    Ok(pool.get().await?)
 }
 
 /// Primary messages of the server errors that mean the database, not the query, failed.
@@ -190,22 +212,20 @@ const OUTAGE_MESSAGES: [&str; 3] = [
     "canceling statement due to statement timeout",
 ];
 
-/// True when a query failed because the database did, not the query: the connection is lost,
-/// the server ended the session, or the statement ran out of `statement_timeout`. Retrying
-/// later, on another connection, can succeed. Serialization failures and deadlocks are not
-/// outages: they are the query's own conflicts. The one classification behind both
-/// [`query_error`] and [`is_outage`], so an HTTP answer and a consumer cannot disagree.
-pub fn outage(e: &diesel::result::Error) -> bool {
-    use diesel::result::{DatabaseErrorKind as Kind, Error};
+/// The query half of the one outage rule: the connection is lost, the server ended the
+/// session, or the statement ran out of `statement_timeout`. Serialization failures and
+/// deadlocks are not outages: they are the query's own conflicts.
+fn query_outage(e: &QueryError) -> bool {
+    use diesel::result::DatabaseErrorKind as Kind;
     match e {
         // diesel-async answers every client-side failure without a SQLSTATE (socket closed or
         // broken, its connection task gone) with `UnableToSendCommand`; diesel's libpq
         // connection says `ClosedConnection`.
-        Error::DatabaseError(Kind::UnableToSendCommand | Kind::ClosedConnection, _) => true,
-        Error::DatabaseError(_, info) => OUTAGE_MESSAGES.iter().any(|m| info.message().starts_with(m)),
+        QueryError::DatabaseError(Kind::UnableToSendCommand | Kind::ClosedConnection, _) => true,
+        QueryError::DatabaseError(_, info) => OUTAGE_MESSAGES.iter().any(|m| info.message().starts_with(m)),
         // A commit that failed with the connection, then its rollback too.
-        Error::RollbackErrorOnCommit { rollback_error, commit_error } => {
-            outage(commit_error) || outage(rollback_error)
+        QueryError::RollbackErrorOnCommit { rollback_error, commit_error } => {
+            query_outage(commit_error) || query_outage(rollback_error)
         }
         _ => false,
     }
@@ -217,12 +237,17 @@ pub async fn ping(pool: &PgPool) -> Result<(), String> {
     diesel::sql_query("SELECT 1").execute(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// True when the error chain holds a database outage: no connection from the pool (timeout,
-/// refused, failed setup: any `PoolError`) or a query [`outage`]. Consumers then hand messages
-/// back without counting a try against them.
+/// The one outage rule, for an error chain: true when it holds a database outage (a
+/// [`DbError`], a [`PoolError`] or a [`QueryError`] that [`DbError::is_outage`] calls one).
+/// Retrying later, on another connection, can succeed: consumers then hand messages back
+/// without counting a try against them, and the API answers 503.
 pub fn is_outage(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
-        cause.is::<PoolError>() || cause.downcast_ref::<diesel::result::Error>().is_some_and(outage)
+        if let Some(e) = cause.downcast_ref::<DbError>() {
+            e.is_outage()
+        } else {
+            cause.is::<PoolError>() || cause.downcast_ref::<QueryError>().is_some_and(query_outage)
+        }
     })
 }
 

@@ -161,12 +161,13 @@ fn client_config(check: Check, root: Option<&str>) -> Result<ClientConfig, Strin
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let verifier: Arc<dyn ServerCertVerifier> = match check {
-        Check::Nothing => Arc::new(Unchecked(provider)),
+        Check::Nothing => Arc::new(Relaxed { chain: None, provider }),
         Check::Chain | Check::ChainAndName => {
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root)?), provider)
-                .build()
-                .map_err(|e| e.to_string())?;
-            if check == Check::Chain { Arc::new(ChainOnly(webpki)) } else { webpki }
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root)?), provider.clone())
+                    .build()
+                    .map_err(|e| e.to_string())?;
+            if check == Check::Chain { Arc::new(Relaxed { chain: Some(webpki), provider }) } else { webpki }
         }
     };
     let mut config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
@@ -202,52 +203,19 @@ fn roots(root: Option<&str>) -> Result<RootCertStore, String> {
     Ok(store)
 }
 
-/// `prefer` and `require` without a root file, as libpq: the session is encrypted, but the
-/// certificate is taken as shown. The handshake's own signatures are still checked.
+/// The checks short of `verify-full` (webpki's own verifier). The handshake's own signatures
+/// are always checked, with the provider's algorithms (as webpki checks them).
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Relaxed {
+    /// `verify-ca`: the full check, except that a certificate for another name passes. webpki
+    /// checks the name only after the chain, so a name error means the chain was good. `None`:
+    /// `prefer` and `require` without a root file, as libpq: the session is encrypted, but the
+    /// certificate is taken as shown.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca`: the full check, except that a certificate for another name passes. webpki
-/// checks the name only after the chain, so a name error means the chain was good.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -256,7 +224,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -270,7 +241,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -279,11 +250,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -1,6 +1,6 @@
-//! PostgreSQL outages, as diesel-async shows them, are outages: `is_outage` (consumers requeue
-//! without counting a try) and `query_error` / `conn` (503) agree on a killed connection, a
-//! refused one, a pool with no connection to spare and a statement timeout; a query's own
+//! PostgreSQL outages, as diesel-async shows them, are outages: `is_outage` of an error chain
+//! (consumers requeue without counting a try) and `DbError::is_outage` (the API's 503) agree on
+//! a killed connection, a refused one, a pool with no connection to spare and a statement timeout; a query's own
 //! failures (a unique violation, a serialization failure) are not outages.
 
 use std::time::{Duration, Instant};
@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use diesel::result::{DatabaseErrorKind, Error};
 use diesel::sql_types::Integer;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use seckill_common::ErrorCode;
 use seckill_common::config::DatabaseSettings;
-use seckill_db::{PgPool, is_outage, outage, query_error};
+use seckill_db::{DbError, PgPool, is_outage};
 use seckill_testkit::TestDb;
 
 /// A scratch database of this test's own, dropped at the end.
@@ -44,25 +43,26 @@ async fn terminate(db: &TestDb, pid: i32) {
         .unwrap();
 }
 
-/// Both classifications call it an outage and the API answer is 503 UNAVAILABLE.
+/// Every classification calls it an outage: the handler's `DbError` (the API answers 503) and
+/// a consumer's error chain, with the bare error or the `DbError` in it.
 fn assert_outage(e: Error) {
     let shown = format!("{e:?}");
-    assert!(outage(&e), "not an outage: {shown}");
-    // Wrapped as a consumer's step would be: found down the chain.
-    let wrapped = anyhow::Error::from(e).context("releasing a unit");
-    assert!(is_outage(&wrapped), "not an outage in a chain: {shown}");
-    let e = wrapped.downcast::<Error>().unwrap();
-    assert_eq!(query_error(e).code, ErrorCode::Unavailable, "{shown}");
+    assert_eq!(classified(e), [true; 3], "not an outage: {shown}");
 }
 
-/// Neither classification calls it an outage and the API answer is 500.
+/// No classification calls it an outage (the API answers 500).
 fn assert_not_outage(e: Error) {
     let shown = format!("{e:?}");
-    assert!(!outage(&e), "an outage: {shown}");
+    assert_eq!(classified(e), [false; 3], "an outage: {shown}");
+}
+
+fn classified(e: Error) -> [bool; 3] {
+    // Wrapped as a consumer's step would be: found down the chain.
     let wrapped = anyhow::Error::from(e).context("releasing a unit");
-    assert!(!is_outage(&wrapped), "an outage in a chain: {shown}");
-    let e = wrapped.downcast::<Error>().unwrap();
-    assert_eq!(query_error(e).code, ErrorCode::Internal, "{shown}");
+    let in_chain = is_outage(&wrapped);
+    let e = DbError::from(wrapped.downcast::<Error>().unwrap());
+    let handler = e.is_outage();
+    [handler, in_chain, is_outage(&anyhow::Error::from(e).context("a handler's step"))]
 }
 
 #[tokio::test]
@@ -117,13 +117,13 @@ async fn a_query_whose_backend_is_terminated_under_it_is_an_outage() {
 }
 
 #[tokio::test]
-async fn no_connection_from_the_pool_is_an_outage_and_503() {
+async fn no_connection_from_the_pool_is_an_outage() {
     let settings = DatabaseSettings { acquire_timeout_ms: 500, ..DatabaseSettings::default() };
     // Nothing listens on port 1: refused.
     let refused = pool("postgres://postgres@127.0.0.1:1/nothing", settings.clone());
     let e = refused.get().await.err().expect("nothing listens there");
     assert!(is_outage(&anyhow::Error::from(e).context("releasing a unit")));
-    assert_eq!(seckill_db::conn(&refused).await.err().map(|e| e.code), Some(ErrorCode::Unavailable));
+    assert!(seckill_db::conn(&refused).await.err().is_some_and(|e| e.is_outage()));
 
     // Every connection busy past the acquire timeout.
     let db = scratch("outage_pool").await;
@@ -132,7 +132,7 @@ async fn no_connection_from_the_pool_is_an_outage_and_503() {
     let e = busy.get().await.err().expect("its one connection is held");
     assert!(matches!(e, seckill_db::PoolError::Timeout(_)), "{e:?}");
     assert!(is_outage(&anyhow::Error::from(e)));
-    assert_eq!(seckill_db::conn(&busy).await.err().map(|e| e.code), Some(ErrorCode::Unavailable));
+    assert!(seckill_db::conn(&busy).await.err().is_some_and(|e| e.is_outage()));
 }
 
 #[tokio::test]
@@ -169,8 +169,8 @@ async fn a_query_s_own_failures_are_not_outages() {
     conn.batch_execute("ROLLBACK").await.unwrap();
 
     let e = diesel::sql_query("SELECT 1 AS pid WHERE false").get_result::<Pid>(&mut conn).await.unwrap_err();
-    assert!(!outage(&e));
-    assert_eq!(query_error(e).code, ErrorCode::NotFound);
+    let e = DbError::from(e);
+    assert!(e.is_not_found() && !e.is_outage(), "{e:?}");
 }
 
 /// The server errors diesel-async passes on as `Unknown` are told apart by their message (it
@@ -191,9 +191,7 @@ fn server_errors_are_classified_by_what_they_mean() {
         (Unknown, "canceling statement due to user request", false), // 57014, not ours
         (SerializationFailure, "could not serialize access due to concurrent update", false),
     ] {
-        assert_eq!(outage(&error(kind, message)), expected, "{message}");
-        let code = query_error(error(kind, message)).code;
-        assert_eq!(code == ErrorCode::Unavailable, expected, "{message}: {code:?}");
+        assert_eq!(classified(error(kind, message)), [expected; 3], "{message}");
     }
     // A commit lost with the connection, and its rollback too.
     let lost = Error::RollbackErrorOnCommit {

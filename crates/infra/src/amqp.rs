@@ -186,6 +186,11 @@ impl Publisher {
         self.link.read().await.connection.status().connected()
     }
 
+    /// The broker's line of a service's `/readyz`.
+    pub async fn readiness(&self) -> Result<(), String> {
+        if self.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) }
+    }
+
     /// Publishes `body` to `queue` through the default exchange, persistent and mandatory,
     /// signed for `to` (the service that consumes the queue), and returns once the broker
     /// confirmed it (or fails; then the broker may or may not hold it).

@@ -53,6 +53,39 @@ pub struct ConsumerSpec {
     pub batch_size: usize,
 }
 
+impl ConsumerSpec {
+    /// Prefetch and batch size of a consumer whose messages are few and cheap (releases,
+    /// restocks, expiries, broadcasts): a busy one sets its own with [`ConsumerSpec::batches`].
+    pub const PREFETCH: u16 = 100;
+    pub const BATCH_SIZE: usize = 50;
+
+    pub fn new(
+        name: impl Into<String>,
+        source: Source,
+        from: Peer,
+        trust: Arc<Trust>,
+        declares: Vec<Declare>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            source,
+            from,
+            trust,
+            declares,
+            prefetch: Self::PREFETCH,
+            batch_size: Self::BATCH_SIZE,
+        }
+    }
+
+    /// Sets the backpressure (`prefetch`) and the most messages per handler call.
+    #[must_use]
+    pub fn batches(mut self, prefetch: u16, batch_size: usize) -> Self {
+        self.prefetch = prefetch;
+        self.batch_size = batch_size;
+        self
+    }
+}
+
 /// One batch of deliveries and the means to settle each.
 pub struct Inbox {
     pub deliveries: Vec<Delivery>,

@@ -75,3 +75,44 @@ impl ResponseError for ApiError {
         response.json(self.body())
     }
 }
+
+/// The one place database errors become API answers: an outage (the one rule,
+/// [`seckill_db::DbError::is_outage`]) is 503 naming the database, a missing row 404, anything
+/// else 500; the cause is logged, never shown.
+#[cfg(feature = "db")]
+impl From<seckill_db::DbError> for ApiError {
+    fn from(e: seckill_db::DbError) -> Self {
+        if e.is_outage() {
+            Self::unavailable("database", e)
+        } else if e.is_not_found() {
+            Self::new(ErrorCode::NotFound, "not found")
+        } else {
+            Self::internal(e)
+        }
+    }
+}
+
+/// A query's error, as [`seckill_db::DbError`]'s.
+#[cfg(feature = "db")]
+impl From<seckill_db::QueryError> for ApiError {
+    fn from(e: seckill_db::QueryError) -> Self {
+        seckill_db::DbError::from(e).into()
+    }
+}
+
+#[cfg(all(test, feature = "db"))]
+mod tests {
+    use seckill_db::{DbError, PoolError, QueryError};
+
+    use super::*;
+
+    #[test]
+    fn database_errors_answer_by_what_failed() {
+        // The outage rule itself is seckill-db's, tested there against a real server.
+        let down = ApiError::from(DbError::Pool(PoolError::Closed));
+        assert_eq!(down.code, ErrorCode::Unavailable);
+        assert_eq!(down.message, "database is unavailable, try again shortly");
+        assert_eq!(ApiError::from(QueryError::NotFound).code, ErrorCode::NotFound);
+        assert_eq!(ApiError::from(QueryError::AlreadyInTransaction).code, ErrorCode::Internal);
+    }
+}

@@ -8,9 +8,11 @@ pub mod extract;
 pub mod health;
 pub mod metrics;
 pub mod request_id;
+pub mod runner;
 pub mod server;
 pub mod trust;
 
 pub use error::ApiError;
 pub use extract::AuthUser;
-pub use server::{Application, Door, Lifecycle, serve, shutdown_signal};
+pub use runner::Service;
+pub use server::{Application, Door, Lifecycle, Ticker, serve, serve_internal, shutdown_signal};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use actix_web::dev::Server;
 use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
+use anyhow::Context;
 use seckill_common::ErrorCode;
 use seckill_common::config::HttpSettings;
 use seckill_common::trust::Trust;
@@ -79,6 +80,24 @@ where
     Ok((server.run(), port))
 }
 
+/// [`serve`] for a service behind the gateway: every request checked against `trust`, `state`
+/// shared by the handlers `routes` registers. Returns the service with its background tasks.
+pub fn serve_internal<T: Send + Sync + 'static>(
+    settings: &HttpSettings,
+    standard_port: u16,
+    trust: Arc<Trust>,
+    state: web::Data<T>,
+    routes: fn(&mut web::ServiceConfig),
+    lifecycle: Lifecycle,
+) -> anyhow::Result<Application> {
+    let asked = settings.port_or(standard_port);
+    let (server, port) = serve(settings, standard_port, Door::Trusted(trust), move |cfg| {
+        cfg.app_data(state.clone()).configure(routes);
+    })
+    .with_context(|| format!("cannot listen on {}:{asked}", settings.host))?;
+    Ok(Application::new(port, server, lifecycle))
+}
+
 async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::new(ErrorCode::NotFound, "no such route"))
 }
@@ -102,6 +121,41 @@ impl Lifecycle {
         F: Future<Output = ()> + Send + 'static,
     {
         self.tasks.spawn(task);
+    }
+
+    /// Runs `task` once the service is told to stop, after the last request has been
+    /// answered (closing the broker connection cleanly, for one).
+    pub fn at_shutdown<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            cancel.cancelled().await;
+            task.await;
+        });
+    }
+}
+
+/// The clock of a periodic background task (a sweeper, a reconciler, a clean-up):
+/// `while ticker.tick(&cancel).await { ... }` runs the body at once, then every period, until
+/// the service stops. A period missed while the body ran is not made up.
+#[derive(Debug)]
+pub struct Ticker(tokio::time::Interval);
+
+impl Ticker {
+    pub fn new(every: std::time::Duration) -> Self {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self(interval)
+    }
+
+    /// Waits for the next period: true when it came, false when `cancel` came first.
+    pub async fn tick(&mut self, cancel: &CancellationToken) -> bool {
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            _ = self.0.tick() => true,
+        }
     }
 }
 

@@ -4,9 +4,9 @@
 //! is taken.
 
 use actix_web::{HttpResponse, web};
-use seckill_common::api::{ActiveOrder, OrderCount};
-use seckill_common::{GoodsId, OrderId, UserId};
-use seckill_db::{conn, query_error};
+use seckill_common::api::OrderCount;
+use seckill_common::{GoodsId, UserId};
+use seckill_db::conn;
 use seckill_web::ApiError;
 use seckill_web::trust::ServiceCaller;
 use serde::Deserialize;
@@ -36,14 +36,12 @@ pub async fn active(
     query: web::Query<ActiveQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    let rows: Vec<(i64, i64, uuid::Uuid)> = match q.user_id {
-        Some(u) => orders::active_of_user(&mut conn, q.goods_id, u)
-            .await
-            .map_err(query_error)?
-            .map(|(order_id, request_id)| (order_id, u.get(), request_id))
-            .into_iter()
-            .collect(),
+    let mut conn = conn(&state.pool).await?;
+    let page = match q.user_id {
+        Some(u) => match orders::active_of_user(&mut conn, q.goods_id, u).await? {
+            Some((order_id, request_id)) => vec![orders::active_order(order_id, u.get(), request_id)?],
+            None => Vec::new(),
+        },
         None => {
             let limit = q.limit.unwrap_or(MAX_PAGE);
             if !(1..=MAX_PAGE).contains(&limit) || q.after_id < 0 {
@@ -51,20 +49,9 @@ pub async fn active(
                     "limit must be 1 to {MAX_PAGE}, after_id not negative"
                 )));
             }
-            orders::active_of_sale(&mut conn, q.goods_id, q.after_id, limit).await.map_err(query_error)?
+            orders::active_of_sale(&mut conn, q.goods_id, q.after_id, limit).await?
         }
     };
-    let page = rows
-        .into_iter()
-        .map(|(order_id, user_id, request_id)| {
-            Ok(ActiveOrder {
-                order_id: OrderId::new(order_id).ok_or("order id")?,
-                user_id: UserId::new(user_id).ok_or("user id")?,
-                request_id,
-            })
-        })
-        .collect::<Result<Vec<_>, &str>>()
-        .map_err(|what| ApiError::internal(anyhow::anyhow!("a stored {what} is not positive")))?;
     Ok(HttpResponse::Ok().json(page))
 }
 
@@ -80,7 +67,7 @@ pub async fn count(
     state: web::Data<AppState>,
     query: web::Query<CountQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    let active = orders::count_active(&mut conn, query.goods_id).await.map_err(query_error)?;
+    let mut conn = conn(&state.pool).await?;
+    let active = orders::count_active(&mut conn, query.goods_id).await?;
     Ok(HttpResponse::Ok().json(OrderCount { active }))
 }

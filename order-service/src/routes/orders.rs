@@ -4,10 +4,10 @@
 use actix_web::{HttpResponse, web};
 use seckill_common::api::{Order, OrderStatus};
 use seckill_common::{ErrorCode, OrderId};
-use seckill_db::{conn, query_error};
+use seckill_db::conn;
 use seckill_web::{ApiError, AuthUser};
 
-use crate::orders::{self, transition};
+use crate::orders::{self, transition::Change};
 use crate::state::AppState;
 
 fn not_found(id: OrderId) -> ApiError {
@@ -15,8 +15,8 @@ fn not_found(id: OrderId) -> ApiError {
 }
 
 pub async fn list(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, ApiError> {
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    let mine = orders::list_for_user(&mut conn, user.id).await.map_err(query_error)?;
+    let mut conn = conn(&state.pool).await?;
+    let mine = orders::list_for_user(&mut conn, user.id).await?;
     Ok(HttpResponse::Ok().json(mine))
 }
 
@@ -26,11 +26,9 @@ pub async fn get(
     path: web::Path<OrderId>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    match orders::find_for_user(&mut conn, id, user.id).await.map_err(query_error)? {
-        Some(order) => Ok(HttpResponse::Ok().json(order)),
-        None => Err(not_found(id)),
-    }
+    let mut conn = conn(&state.pool).await?;
+    let order = orders::find_for_user(&mut conn, id, user.id).await?.ok_or_else(|| not_found(id))?;
+    Ok(HttpResponse::Ok().json(order))
 }
 
 /// A simulated payment: unpaid -> paid in one conditional update. Paying a paid order again is
@@ -41,21 +39,7 @@ pub async fn pay(
     user: AuthUser,
     path: web::Path<OrderId>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    if let Some(row) = transition::pay(&mut conn, id, user.id).await.map_err(query_error)? {
-        tracing::info!("order paid");
-        metrics::counter!("order_orders_paid_total").increment(1);
-        return Ok(HttpResponse::Ok().json(Order::try_from(row).map_err(ApiError::internal)?));
-    }
-    match orders::find_for_user(&mut conn, id, user.id).await.map_err(query_error)? {
-        None => Err(not_found(id)),
-        Some(order) if order.status == OrderStatus::Paid => Ok(HttpResponse::Ok().json(order)),
-        Some(order) => Err(ApiError::new(
-            ErrorCode::OrderNotPayable,
-            format!("order {id} is {} and cannot be paid", describe(&order)),
-        )),
-    }
+    change(&state, &user, path.into_inner(), Change::Pay).await
 }
 
 /// unpaid -> cancelled in one conditional update, then the unit's release is sent (or, if the
@@ -66,24 +50,41 @@ pub async fn cancel(
     user: AuthUser,
     path: web::Path<OrderId>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let mut conn = conn(state.fulfiller.pool()).await?;
-    if let Some(row) = transition::cancel(&mut conn, id, user.id).await.map_err(query_error)? {
-        drop(conn);
-        tracing::info!("order cancelled");
-        metrics::counter!("order_orders_cancelled_total").increment(1);
-        if let Err(e) = state.releaser.send(std::slice::from_ref(&row)).await {
-            tracing::warn!(error = format!("{e:#}"), "release not sent now; the sweeper sends it");
+    change(&state, &user, path.into_inner(), Change::Cancel).await
+}
+
+/// The owner's change to an unpaid order; when it does not apply, the order as it is says why.
+async fn change(
+    state: &AppState,
+    user: &AuthUser,
+    id: OrderId,
+    change: Change,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = conn(&state.pool).await?;
+    let Some(row) = orders::transition::by_owner(&mut conn, id, user.id, change).await? else {
+        let order = orders::find_for_user(&mut conn, id, user.id).await?.ok_or_else(|| not_found(id))?;
+        let (code, done) = match change {
+            Change::Pay if order.status == OrderStatus::Paid => return Ok(HttpResponse::Ok().json(order)),
+            Change::Pay => (ErrorCode::OrderNotPayable, "paid"),
+            Change::Cancel => (ErrorCode::OrderNotCancellable, "cancelled"),
+        };
+        return Err(ApiError::new(code, format!("order {id} is {} and cannot be {done}", describe(&order))));
+    };
+    drop(conn);
+    match change {
+        Change::Pay => {
+            tracing::info!("order paid");
+            metrics::counter!("order_orders_paid_total").increment(1);
         }
-        return Ok(HttpResponse::Ok().json(Order::try_from(row).map_err(ApiError::internal)?));
+        Change::Cancel => {
+            tracing::info!("order cancelled");
+            metrics::counter!("order_orders_cancelled_total").increment(1);
+            if let Err(e) = state.releaser.send(std::slice::from_ref(&row)).await {
+                tracing::warn!(error = format!("{e:#}"), "release not sent now; the sweeper sends it");
+            }
+        }
     }
-    match orders::find_for_user(&mut conn, id, user.id).await.map_err(query_error)? {
-        None => Err(not_found(id)),
-        Some(order) => Err(ApiError::new(
-            ErrorCode::OrderNotCancellable,
-            format!("order {id} is {} and cannot be cancelled", describe(&order)),
-        )),
-    }
+    Ok(HttpResponse::Ok().json(Order::try_from(row)?))
 }
 
 fn describe(order: &Order) -> String {

@@ -9,11 +9,13 @@ use seckill_common::api::{
     ReleaseRequest, ReleaseResponse,
 };
 use seckill_common::{ErrorCode, GoodsId};
-use seckill_db::{PgPool, conn, query_error};
+use seckill_db::conn;
 use seckill_web::ApiError;
 use seckill_web::trust::ServiceCaller;
 
+use super::goods_not_found;
 use crate::ledger;
+use crate::state::AppState;
 
 fn check_items(items: &[DeductRequest]) -> Result<(), ApiError> {
     if items.len() > ledger::MAX_BATCH {
@@ -28,18 +30,16 @@ fn check_items(items: &[DeductRequest]) -> Result<(), ApiError> {
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key, goods_id = %body.goods_id))]
 pub async fn deduct(
     _caller: ServiceCaller,
-    pool: web::Data<PgPool>,
+    state: web::Data<AppState>,
     body: web::Json<DeductRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let item = body.into_inner();
     check_items(&[item])?;
-    let mut conn = conn(&pool).await?;
-    let results = ledger::deduct_batch(&mut conn, &[item]).await.map_err(query_error)?;
+    let mut conn = conn(&state.pool).await?;
+    let results = ledger::deduct_batch(&mut conn, &[item]).await?;
     match results.first().map(|r| r.outcome) {
         Some(DeductOutcome::Deducted) => Ok(HttpResponse::Ok().json(DeductResponse { deducted: true })),
-        Some(DeductOutcome::UnknownGoods) => {
-            Err(ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {}", item.goods_id)))
-        }
+        Some(DeductOutcome::UnknownGoods) => Err(goods_not_found(item.goods_id)),
         Some(DeductOutcome::Released) => Err(ApiError::new(
             ErrorCode::KeyReleased,
             "this order key was deducted and released; it cannot deduct again",
@@ -53,23 +53,23 @@ pub async fn deduct(
 #[tracing::instrument(skip_all, fields(items = body.items.len()))]
 pub async fn deduct_batch(
     _caller: ServiceCaller,
-    pool: web::Data<PgPool>,
+    state: web::Data<AppState>,
     body: web::Json<DeductBatchRequest>,
 ) -> Result<HttpResponse, ApiError> {
     check_items(&body.items)?;
-    let mut conn = conn(&pool).await?;
-    let results = ledger::deduct_batch(&mut conn, &body.items).await.map_err(query_error)?;
+    let mut conn = conn(&state.pool).await?;
+    let results = ledger::deduct_batch(&mut conn, &body.items).await?;
     Ok(HttpResponse::Ok().json(DeductBatchResponse { results }))
 }
 
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key))]
 pub async fn release(
     _caller: ServiceCaller,
-    pool: web::Data<PgPool>,
+    state: web::Data<AppState>,
     body: web::Json<ReleaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut conn = conn(&pool).await?;
-    let released = ledger::release(&mut conn, body.order_key).await.map_err(query_error)?;
+    let mut conn = conn(&state.pool).await?;
+    let released = ledger::release(&mut conn, body.order_key).await?;
     if released {
         tracing::info!("stock released");
     }
@@ -85,7 +85,7 @@ pub const HELD_BODY_LIMIT: usize = MAX_HELD_KEYS * 40 + 1_024;
 /// requests hold a unit, read together (seckill-service's audit and repair of Redis).
 pub async fn held(
     _caller: ServiceCaller,
-    pool: web::Data<PgPool>,
+    state: web::Data<AppState>,
     path: web::Path<GoodsId>,
     body: web::Json<HeldRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -93,9 +93,8 @@ pub async fn held(
     if body.order_keys.len() > MAX_HELD_KEYS {
         return Err(ApiError::invalid(format!("at most {MAX_HELD_KEYS} order keys")));
     }
-    let mut conn = conn(&pool).await?;
-    match ledger::counts(&mut conn, g.get(), &body.order_keys).await.map_err(query_error)? {
-        Some(counts) => Ok(HttpResponse::Ok().json(counts)),
-        None => Err(ApiError::new(ErrorCode::GoodsNotFound, format!("no goods with id {g}"))),
-    }
+    let mut conn = conn(&state.pool).await?;
+    let counts =
+        ledger::counts(&mut conn, g.get(), &body.order_keys).await?.ok_or_else(|| goods_not_found(g))?;
+    Ok(HttpResponse::Ok().json(counts))
 }

@@ -1,0 +1,87 @@
+//! What the gateway's handlers share, built once at start (`crate::startup`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use seckill_web::health::Check;
+use seckill_web::{ApiError, AuthUser};
+use tokio::sync::Mutex;
+
+use crate::auth::Authenticator;
+use crate::body;
+use crate::proxy::{Proxy, Service};
+use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
+
+/// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
+/// public `/readyz` makes at most one round a second, not one per call.
+const READINESS_REUSE: Duration = Duration::from_secs(1);
+
+/// What every handler shares, built once at start.
+pub struct Gateway {
+    pub auth: Authenticator,
+    pub proxy: Proxy,
+    pub limiter: Arc<UserRateLimiter>,
+    /// Per client address, on the routes that take no token.
+    pub anonymous: Arc<AddressRateLimiter>,
+    /// `rate_limit.trusted_proxy_hops`.
+    pub proxy_hops: u8,
+    /// `http.body_limit_bytes`.
+    pub body_limit: usize,
+    pub last_readiness: LastReadiness,
+}
+
+/// The last round of upstream health checks and when it ended.
+#[derive(Default)]
+pub struct LastReadiness(Mutex<Option<(Instant, Arc<[Check]>)>>);
+
+impl Gateway {
+    /// Each service's state, at most `READINESS_REUSE` old. One round at a time: callers
+    /// arriving meanwhile wait for it and share it. Failures are logged here, once per round.
+    pub async fn readiness(&self) -> Arc<[Check]> {
+        let mut last = self.last_readiness.0.lock().await;
+        if let Some((at, checks)) = last.as_ref()
+            && at.elapsed() < READINESS_REUSE
+        {
+            return checks.clone();
+        }
+        let checks: Arc<[Check]> = self.proxy.readiness().await.into();
+        for (upstream, result) in checks.iter() {
+            if let Err(why) = result {
+                tracing::warn!(upstream, error = %why, "no replica of the upstream answers");
+            }
+        }
+        *last = Some((Instant::now(), checks.clone()));
+        checks
+    }
+
+    /// A route that takes a token: checks it (and, with `admin`, the role: the service checks
+    /// again, refusing here spares it the request), takes one request from the user's bucket,
+    /// and forwards the request as that user.
+    pub(crate) async fn pass_as_user(
+        &self,
+        service: Service,
+        admin: bool,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<HttpResponse, ApiError> {
+        let caller = self.auth.authenticate(req)?;
+        if admin {
+            caller.require_admin()?;
+        }
+        self.limiter.check(caller.id)?;
+        self.pass(service, req, payload, Some(caller)).await
+    }
+
+    /// Reads the body within the limit and forwards the request.
+    pub(crate) async fn pass(
+        &self,
+        service: Service,
+        req: &HttpRequest,
+        payload: web::Payload,
+        caller: Option<AuthUser>,
+    ) -> Result<HttpResponse, ApiError> {
+        let body = body::read_limited(req, payload, self.body_limit).await?;
+        self.proxy.forward(service, req, body, caller).await
+    }
+}
