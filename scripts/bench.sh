@@ -331,12 +331,11 @@ done
 # Redis: EVALSHA of the gate script (seckill_common::scripts::RESERVE) on a scratch sale with
 # a big stock; users random in 1..10^9, so nearly every call takes the decrement path.
 redis_baseline() {
-    _seckill_url_split "$SECKILL_REDIS_URL" 6379
-    local host=$_SK_HOST port=$_SK_PORT sha out i pl name csv
-    local -a cli=(redis-cli -h "$host" -p "$port")
+    local sha out i pl name csv
+    # Both read the URL, password and all.
+    local -a cli=(redis-cli --no-auth-warning -u "$SECKILL_REDIS_URL")
     local prefix="${REDIS_PREFIX}scratch:seckill:{0}:"
     local -a keys=("${prefix}stock" "${prefix}users" "${prefix}pending" "${prefix}result" "${prefix}token")
-    [[ -n $_SK_PASS ]] && export REDISCLI_AUTH=$_SK_PASS
     if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
         for name in redis-evalsha redis-evalsha-p16; do
             external --name "$name" --skipped "redis-benchmark or redis-cli not installed (they come with redis-server / redis-tools)" \
@@ -351,7 +350,7 @@ redis_baseline() {
             ((pl > 1)) && name=redis-evalsha-p$pl
             "${cli[@]}" DEL "${keys[@]}" >/dev/null
             "${cli[@]}" SET "${prefix}stock" 1000000000 >/dev/null
-            local -a cmd=(redis-benchmark -h "$host" -p "$port" -c 50 -n "$REDIS_N" -r 1000000000 -P "$pl" --csv
+            local -a cmd=(redis-benchmark -u "$SECKILL_REDIS_URL" -c 50 -n "$REDIS_N" -r 1000000000 -P "$pl" --csv
                 EVALSHA "$sha" 5 "${keys[@]}" __rand_int__ __rand_int__ 0 "")
             say "$name #$i: ${cmd[*]}"
             out=$("${cmd[@]}" 2>/dev/null | tail -n 1) || out=

@@ -175,7 +175,8 @@ RABBIT_ENV=(
 rabbitmqctl_() { env "${RABBIT_ENV[@]}" timeout 90 "$(rabbit_bin rabbitmqctl)" -n "$RABBIT_NODE" "$@"; }
 
 rabbit_up() {
-    rabbitmqctl_ -q await_startup >/dev/null 2>&1 && _seckill_amqp_greets 127.0.0.1 "$FAULTS_AMQP_PORT"
+    rabbitmqctl_ -q await_startup >/dev/null 2>&1 &&
+        env "${RABBIT_ENV[@]}" timeout 90 "$(rabbit_bin rabbitmq-diagnostics)" -n "$RABBIT_NODE" -q check_port_connectivity >/dev/null 2>&1
 }
 
 rabbit_wait_up() {

@@ -15,9 +15,13 @@
 #   SECKILL_REDIS_URL  (default $SECKILL__REDIS__URL, else redis://127.0.0.1:6379)
 #   SECKILL_AMQP_URL   (default $SECKILL__AMQP__URL, else amqp://guest:guest@127.0.0.1:5672/%2f)
 #
-# Servers this file starts are started on loopback only and without systemd; each is recorded
-# in run/servers.started so that down.sh stops those and nothing else. This file sets no shell
-# options and never exits: its functions return non-zero, so it is safe to source in a shell.
+# The servers are probed with their own clients, which read the URLs themselves: pg_isready and
+# psql, redis-cli, rabbitmq-diagnostics. A server is started (or installed) here only where a
+# developer's machine needs one: PostgreSQL on a loopback address of SECKILL_PG_URL, Redis and
+# RabbitMQ at their built-in URLs; any other is the user's, and this file says what does not
+# answer. Servers this file starts are started on loopback only and without systemd; each is
+# recorded in run/servers.started so that down.sh stops those and nothing else. This file sets
+# no shell options and never exits: its functions return non-zero, so it is safe to source.
 
 SECKILL_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 SECKILL_RUN_DIR=$SECKILL_ROOT/run
@@ -80,39 +84,6 @@ _seckill_as_user() {
     fi
 }
 
-_seckill_is_loopback() {
-    case $1 in
-        localhost | 127.* | ::1 | 0:0:0:0:0:0:0:1) return 0 ;;
-        *) return 1 ;;
-    esac
-}
-
-# Splits scheme://[user[:password]@]host[:port][/path] into _SK_USER _SK_PASS _SK_HOST _SK_PORT.
-_seckill_url_split() {
-    local rest=${1#*://} default_port=$2 auth=
-    rest=${rest%%/*}
-    rest=${rest%%\?*}
-    if [[ $rest == *@* ]]; then
-        auth=${rest%@*}
-        rest=${rest##*@}
-    fi
-    _SK_USER=${auth%%:*}
-    _SK_PASS=
-    [[ $auth == *:* ]] && _SK_PASS=${auth#*:}
-    if [[ $rest == \[* ]]; then
-        _SK_HOST=${rest%%]*}
-        _SK_HOST=${_SK_HOST#[}
-        _SK_PORT=${rest#*]}
-        _SK_PORT=${_SK_PORT#:}
-    else
-        _SK_HOST=${rest%%:*}
-        _SK_PORT=${rest#"$_SK_HOST"}
-        _SK_PORT=${_SK_PORT#:}
-    fi
-    _SK_HOST=${_SK_HOST:-127.0.0.1}
-    _SK_PORT=${_SK_PORT:-$default_port}
-}
-
 # Is a TCP port open?
 _seckill_tcp_open() {
     # shellcheck disable=SC2016 # $1 and $2 belong to the inner bash
@@ -149,7 +120,7 @@ _seckill_cannot_provide() {
     else
         hint="install and start $what (Debian/Ubuntu package $pkg)"
     fi
-    seckill_say "$what does not answer at $_SK_HOST:$_SK_PORT and this script cannot start or install it: $hint, or export $var to point at a running server."
+    seckill_say "$what does not answer at $(seckill_redact "${!var}") and this script cannot start or install it: $hint, or export $var to point at a running server."
 }
 
 _seckill_can_install() {
@@ -200,17 +171,25 @@ _seckill_apt_install() {
 # ---------------------------------------------------------------------------------------------
 # PostgreSQL
 
-# 0: PostgreSQL accepts connections; 1: it answers but rejects them (starting up); 2: no answer.
-_seckill_pg_state() {
-    local isready rc=0
-    if isready=$(_seckill_bin pg_isready); then
-        "$isready" -q -h "$1" -p "$2" -t 3 || rc=$?
-        case $rc in 0 | 1) return "$rc" ;; *) return 2 ;; esac
-    fi
-    _seckill_tcp_open "$1" "$2" || return 2
+# Probes SECKILL_PG_URL with pg_isready, which also prints the address libpq read from it: sets
+# _SK_PG_HOST and _SK_PG_PORT. Returns pg_isready's status: 0 accepting connections, 1
+# rejecting them (starting up), 2 no answer, 3 no attempt (a URL libpq does not accept).
+_seckill_pg_probe() {
+    local out rc=0 addr
+    out=$(timeout 10 "$(_seckill_bin pg_isready)" -d "$SECKILL_PG_URL" -t 3 2>&1) || rc=$?
+    addr=${out%% - *}
+    _SK_PG_HOST=${addr%:*}
+    _SK_PG_PORT=${addr##*:}
+    case $rc in 0 | 1 | 3) return "$rc" ;; *) return 2 ;; esac
 }
 
-_seckill_pg_up() { _seckill_pg_state "$@"; }
+# A loopback address or a local socket directory: a server this file may start.
+_seckill_pg_local() {
+    case $_SK_PG_HOST in
+        /* | localhost | 127.* | ::1) return 0 ;;
+        *) return 1 ;;
+    esac
+}
 
 _seckill_pg_server_installed() {
     _seckill_bin pg_ctlcluster >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null
@@ -265,7 +244,7 @@ _seckill_pg_start() {
     fi
     read -r ver name status <<<"$cluster"
     if [[ $status == online* ]]; then
-        seckill_say "PostgreSQL cluster $ver/$name is running but does not answer at $_SK_HOST:$port (check listen_addresses in /etc/postgresql/$ver/$name/postgresql.conf), or export SECKILL_PG_URL to point at a running server."
+        seckill_say "PostgreSQL cluster $ver/$name is running but does not answer at $_SK_PG_HOST:$port (check listen_addresses in /etc/postgresql/$ver/$name/postgresql.conf), or export SECKILL_PG_URL to point at a running server."
         return 1
     fi
     seckill_say "starting PostgreSQL cluster $ver/$name (port $port, loopback only)"
@@ -284,18 +263,18 @@ _seckill_pg_login() {
 }
 
 _seckill_pg_check_login() {
-    local host=$1 port=$2 psql err
+    local psql err port=$_SK_PG_PORT
     if ! psql=$(_seckill_bin psql); then
-        seckill_say "psql not found: PostgreSQL answers at $host:$port, login not checked"
+        seckill_say "psql not found: PostgreSQL answers at $_SK_PG_HOST:$port, login not checked"
         return 0
     fi
     err=$(_seckill_pg_login "$psql") && return 0
-    # The server asks for a password and ours is wrong. For the default credentials on a local
+    # The server asks for a password and ours is wrong. For the built-in credentials on a local
     # cluster that this script created, or when we are root here, set the password of the
     # postgres user to "postgres" (local development) through the local socket.
     if [[ $err == *password* || $err == *authentication* ]] &&
-        [[ $_SK_USER == postgres && $_SK_PASS == postgres ]] &&
-        _seckill_is_loopback "$host" && _seckill_pg_cluster_on_port "$port" >/dev/null &&
+        [[ $SECKILL_PG_URL == postgres://postgres:postgres@* || $SECKILL_PG_URL == postgresql://postgres:postgres@* ]] &&
+        _seckill_pg_local && _seckill_pg_cluster_on_port "$port" >/dev/null &&
         { [[ -n $_seckill_pg_installed ]] || _seckill_can_root; }; then
         seckill_say "PostgreSQL refused the password of user postgres; setting it to 'postgres' (local development)"
         if _seckill_as_user postgres "$psql" -X -q -p "$port" \
@@ -304,19 +283,30 @@ _seckill_pg_check_login() {
             return 0
         fi
     fi
-    seckill_say "cannot log in to PostgreSQL at $host:$port as ${_SK_USER:-?} (${err%%$'\n'*}): export SECKILL_PG_URL=postgres://USER:PASSWORD@HOST:PORT with a login that can create databases."
+    seckill_say "cannot log in to PostgreSQL at $_SK_PG_HOST:$port (${err%%$'\n'*}): export SECKILL_PG_URL=postgres://USER:PASSWORD@HOST:PORT with a login that can create databases."
     return 1
 }
 
 _seckill_ensure_postgres() {
-    _seckill_url_split "$SECKILL_PG_URL" 5432
-    local host=$_SK_HOST port=$_SK_PORT state=0
-    _seckill_pg_state "$host" "$port" || state=$?
+    local state=0
+    # pg_isready reads the URL: the client comes first (the server package brings it too).
+    if ! _seckill_bin pg_isready >/dev/null; then
+        if ! _seckill_can_install; then
+            seckill_say "pg_isready not found: install the PostgreSQL client (Debian/Ubuntu package postgresql-client), or run this script as root to have it installed."
+            return 1
+        fi
+        _seckill_apt_install postgresql-client || return 1
+    fi
+    _seckill_pg_probe || state=$?
+    if ((state == 3)); then
+        seckill_say "SECKILL_PG_URL=$(seckill_redact "$SECKILL_PG_URL") is not a URL PostgreSQL's client accepts"
+        return 1
+    fi
     if ((state != 0)); then
         if ((state == 1)); then
-            seckill_say "PostgreSQL at $host:$port is not accepting connections yet; waiting up to ${SECKILL_PG_START_TIMEOUT}s"
-        elif ! _seckill_is_loopback "$host"; then
-            seckill_say "PostgreSQL does not answer at $host:$port (SECKILL_PG_URL=$(seckill_redact "$SECKILL_PG_URL")): start it or export SECKILL_PG_URL to point at a running server."
+            seckill_say "PostgreSQL at $_SK_PG_HOST:$_SK_PG_PORT is not accepting connections yet; waiting up to ${SECKILL_PG_START_TIMEOUT}s"
+        elif ! _seckill_pg_local; then
+            seckill_say "PostgreSQL does not answer at $_SK_PG_HOST:$_SK_PG_PORT (SECKILL_PG_URL=$(seckill_redact "$SECKILL_PG_URL")): start it or export SECKILL_PG_URL to point at a running server."
             return 1
         else
             if ! _seckill_pg_server_installed; then
@@ -327,75 +317,79 @@ _seckill_ensure_postgres() {
                 _seckill_apt_install postgresql || return 1
                 _seckill_pg_installed=1
             fi
-            _seckill_pg_start "$port" || return 1
+            _seckill_pg_start "$_SK_PG_PORT" || return 1
         fi
-        if ! _seckill_wait_for "$SECKILL_PG_START_TIMEOUT" _seckill_pg_up "$host" "$port"; then
-            seckill_say "PostgreSQL did not answer at $host:$port within ${SECKILL_PG_START_TIMEOUT}s; see /var/log/postgresql/ and run/postgresql.log"
+        if ! _seckill_wait_for "$SECKILL_PG_START_TIMEOUT" _seckill_pg_probe; then
+            seckill_say "PostgreSQL did not answer at $_SK_PG_HOST:$_SK_PG_PORT within ${SECKILL_PG_START_TIMEOUT}s; see /var/log/postgresql/ and run/postgresql.log"
             return 1
         fi
     fi
-    _seckill_pg_check_login "$host" "$port"
+    _seckill_pg_check_login
 }
 
 # ---------------------------------------------------------------------------------------------
 # Redis
 
-# PING over a bare socket (RESP), with AUTH first when the URL has a password.
-_seckill_redis_ping_raw() {
-    # shellcheck disable=SC2016 # the script is for the inner bash
-    timeout 5 bash -c '
-        exec 3<>"/dev/tcp/$1/$2" || exit 1
-        if [[ -n $4 ]]; then
-            if [[ -n $3 && $3 != default ]]; then
-                printf "*3\r\n\$4\r\nAUTH\r\n\$%d\r\n%s\r\n\$%d\r\n%s\r\n" "${#3}" "$3" "${#4}" "$4" >&3
-            else
-                printf "*2\r\n\$4\r\nAUTH\r\n\$%d\r\n%s\r\n" "${#4}" "$4" >&3
-            fi
-            IFS= read -r line <&3 || exit 1
-        fi
-        printf "*1\r\n\$4\r\nPING\r\n" >&3
-        IFS= read -r line <&3 || exit 1
-        [[ $line == "+PONG"* ]]' _ "$1" "$2" "$3" "$4" 2>/dev/null
+# The Redis this file may start: the built-in URL's, on loopback port 6379, without a password.
+_seckill_redis_local() {
+    case $SECKILL_REDIS_URL in
+        redis://127.0.0.1:6379 | redis://127.0.0.1:6379/* | redis://localhost:6379 | redis://localhost:6379/*) return 0 ;;
+        *) return 1 ;;
+    esac
 }
 
-_seckill_redis_up() {
+# redis-cli with SECKILL_REDIS_URL (it reads the URL, password and all; rediss:// is TLS).
+_seckill_redis_cli() {
     local cli
-    if cli=$(_seckill_bin redis-cli) && [[ $SECKILL_REDIS_URL == redis://* ]]; then
-        [[ $(timeout 5 "$cli" -u "$SECKILL_REDIS_URL" ping 2>/dev/null) == PONG* ]]
-    else
-        _seckill_redis_ping_raw "$_SK_HOST" "$_SK_PORT" "$_SK_USER" "$_SK_PASS"
-    fi
+    local -a tls=()
+    cli=$(_seckill_bin redis-cli) || return 127
+    [[ $SECKILL_REDIS_URL == rediss://* ]] && tls=(--tls)
+    timeout 5 "$cli" "${tls[@]}" --no-auth-warning -u "$SECKILL_REDIS_URL" "$@"
 }
+
+# redis-cli exits 0 on an error reply too: only PONG counts.
+_seckill_redis_up() { [[ $(_seckill_redis_cli ping 2>/dev/null) == PONG* ]]; }
 
 _seckill_redis_start() {
-    local port=$1 server major
+    local server major
     local -a args
     server=$(_seckill_bin redis-server) || return 1
     major=$("$server" --version 2>/dev/null | sed -nE 's/.*v=([0-9]+)\..*/\1/p')
     # "-::1" (an optional address) needs Redis 7; older ones bind IPv4 loopback only.
     if [[ ${major:-0} -ge 7 ]]; then args=(--bind 127.0.0.1 -::1); else args=(--bind 127.0.0.1); fi
-    args+=(--port "$port" --save "" --appendonly no --daemonize yes
+    args+=(--port 6379 --save "" --appendonly no --daemonize yes
         --dir "$SECKILL_RUN_DIR" --logfile "$SECKILL_RUN_DIR/redis-server.log"
         --pidfile "$SECKILL_RUN_DIR/redis-server.pid")
-    [[ -n $_SK_PASS ]] && args+=(--requirepass "$_SK_PASS")
-    seckill_say "starting redis-server on port $port (loopback only, no persistence)"
+    seckill_say "starting redis-server on port 6379 (loopback only, no persistence)"
     if ! "$server" "${args[@]}" >>"$SECKILL_RUN_DIR/redis-server.log" 2>&1; then
         seckill_say "redis-server failed to start; see run/redis-server.log"
         return 1
     fi
-    _seckill_record_started "redis $port"
+    _seckill_record_started "redis 6379"
 }
 
 _seckill_ensure_redis() {
-    _seckill_url_split "$SECKILL_REDIS_URL" 6379
-    local host=$_SK_HOST port=$_SK_PORT
+    local err
+    # The server package brings redis-cli too; elsewhere only the client is needed.
+    if ! _seckill_bin redis-cli >/dev/null; then
+        if ! _seckill_can_install; then
+            _seckill_cannot_provide Redis redis-server SECKILL_REDIS_URL
+            return 1
+        fi
+        if _seckill_redis_local; then
+            _seckill_apt_install redis-server || return 1
+        else
+            _seckill_apt_install redis-tools || return 1
+        fi
+    fi
     _seckill_redis_up && return 0
-    if ! _seckill_is_loopback "$host"; then
-        seckill_say "Redis does not answer a PING at $host:$port (SECKILL_REDIS_URL=$(seckill_redact "$SECKILL_REDIS_URL")): start it, or export SECKILL_REDIS_URL to point at a running server."
+    if ! _seckill_redis_local; then
+        err=$(_seckill_redis_cli ping 2>&1)
+        seckill_say "Redis does not answer a PING at $(seckill_redact "$SECKILL_REDIS_URL") (${err%%$'\n'*}): start it, or export SECKILL_REDIS_URL to point at a running server."
         return 1
     fi
-    if _seckill_tcp_open "$host" "$port"; then
-        seckill_say "something listens on $host:$port but does not answer a Redis PING as SECKILL_REDIS_URL=$(seckill_redact "$SECKILL_REDIS_URL") asks (wrong password? not Redis?): fix SECKILL_REDIS_URL or free the port."
+    if _seckill_tcp_open 127.0.0.1 6379; then
+        seckill_say "something listens on 127.0.0.1:6379 but does not answer a Redis PING without a password (a Redis with users? not Redis?): export SECKILL_REDIS_URL with its login, or free the port."
         return 1
     fi
     if ! _seckill_bin redis-server >/dev/null; then
@@ -405,9 +399,9 @@ _seckill_ensure_redis() {
         fi
         _seckill_apt_install redis-server || return 1
     fi
-    _seckill_redis_start "$port" || return 1
+    _seckill_redis_start || return 1
     if ! _seckill_wait_for "$SECKILL_REDIS_START_TIMEOUT" _seckill_redis_up; then
-        seckill_say "Redis did not answer at $host:$port within ${SECKILL_REDIS_START_TIMEOUT}s; see run/redis-server.log"
+        seckill_say "Redis did not answer at 127.0.0.1:6379 within ${SECKILL_REDIS_START_TIMEOUT}s; see run/redis-server.log"
         return 1
     fi
 }
@@ -415,13 +409,12 @@ _seckill_ensure_redis() {
 # ---------------------------------------------------------------------------------------------
 # RabbitMQ
 
-# Sends the AMQP 0-9-1 protocol header; a broker answers with a method frame (type byte 1).
-_seckill_amqp_greets() {
-    # shellcheck disable=SC2016 # the script is for the inner bash
-    [[ $(timeout 5 bash -c '
-        exec 3<>"/dev/tcp/$1/$2" || exit 1
-        printf "AMQP\0\0\x09\x01" >&3
-        head -c 1 <&3' _ "$1" "$2" 2>/dev/null | od -An -tx1 | tr -d ' \n') == 01 ]]
+# The broker this file may start: the built-in URL's, guest on loopback port 5672.
+_seckill_amqp_local() {
+    case $SECKILL_AMQP_URL in
+        amqp://guest:guest@127.0.0.1:5672/%2[fF] | amqp://guest:guest@localhost:5672/%2[fF]) return 0 ;;
+        *) return 1 ;;
+    esac
 }
 
 # The node name to give a RabbitMQ we start: the configured one, else rabbit@<host> when this
@@ -438,54 +431,56 @@ _seckill_rabbitmq_nodename() {
     fi
 }
 
-# rabbitmqctl (as root) against node $1 ("-": the configured default), bounded to 90 s.
-_seckill_rabbitmqctl() {
-    local node=$1 ctl
-    shift
-    ctl=$(_seckill_bin rabbitmqctl) || return 1
+# A RabbitMQ CLI tool $2 (as root) against node $1 ("-": the configured default), bounded to 90 s.
+_seckill_rabbitmq_cli() {
+    local node=$1 tool
+    tool=$(_seckill_bin "$2") || return 1
+    shift 2
     if [[ $node == - ]]; then
-        _seckill_as_root timeout 90 "$ctl" "$@"
+        _seckill_as_root timeout 90 "$tool" "$@"
     else
-        _seckill_as_root timeout 90 "$ctl" -n "$node" "$@"
+        _seckill_as_root timeout 90 "$tool" -n "$node" "$@"
     fi
 }
 
+# The node this file started accepts AMQP connections (rabbitmq-diagnostics connects to its
+# listeners).
+_seckill_rabbitmq_serving() {
+    _seckill_rabbitmq_cli "$_SK_RABBIT_NODE" rabbitmq-diagnostics -q check_port_connectivity >/dev/null 2>&1
+}
+
 _seckill_rabbitmq_start() {
-    local port=$1 server node
+    local server node
     local -a envs
     server=$(_seckill_bin rabbitmq-server) || return 1
     if ! _seckill_can_root; then
-        seckill_say "RabbitMQ is installed but does not answer on port $port; start it as root (rabbitmq-server -detached) or export SECKILL_AMQP_URL to point at a running server."
+        seckill_say "RabbitMQ is installed but does not answer on port 5672; start it as root (rabbitmq-server -detached) or export SECKILL_AMQP_URL to point at a running server."
         return 1
     fi
     node=$(_seckill_rabbitmq_nodename)
-    envs=(RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 "RABBITMQ_NODE_PORT=$port" ERL_EPMD_ADDRESS=127.0.0.1)
+    envs=(RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=5672 ERL_EPMD_ADDRESS=127.0.0.1)
     [[ $node != - ]] && envs+=("RABBITMQ_NODENAME=$node")
     [[ -z ${RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS:-} ]] &&
         envs+=("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}")
-    seckill_say "starting rabbitmq-server on port $port (loopback only); this can take a minute"
+    seckill_say "starting rabbitmq-server on port 5672 (loopback only); this can take a minute"
     if ! _seckill_as_root env "${envs[@]}" "$server" -detached >>"$SECKILL_RUN_DIR/rabbitmq.log" 2>&1; then
         seckill_say "rabbitmq-server -detached failed; see run/rabbitmq.log and /var/log/rabbitmq/"
         return 1
     fi
-    _seckill_record_started "rabbitmq $port $node"
+    _seckill_record_started "rabbitmq 5672 $node"
     _SK_RABBIT_NODE=$node
 }
 
 _seckill_ensure_rabbitmq() {
-    _seckill_url_split "$SECKILL_AMQP_URL" 5672
-    local host=$_SK_HOST port=$_SK_PORT
-    # A broker that sends its AMQP greeting is up; rabbitmqctl is only asked about a node this
-    # script started (a broker in Docker or elsewhere is not the local node rabbitmqctl knows).
-    _seckill_amqp_greets "$host" "$port" && return 0
-    if ! _seckill_is_loopback "$host"; then
-        seckill_say "RabbitMQ does not answer AMQP at $host:$port (SECKILL_AMQP_URL=$(seckill_redact "$SECKILL_AMQP_URL")): start it, or export SECKILL_AMQP_URL to point at a running server."
-        return 1
+    # There is no AMQP client in the shell: a broker at another URL is the user's, and the
+    # services say at start if it does not answer. The built-in one is up when its port is
+    # open; rabbitmq-diagnostics is only asked about a node this script started (a broker in
+    # Docker is not the local node the CLI knows).
+    if ! _seckill_amqp_local; then
+        seckill_say "RabbitMQ at $(seckill_redact "$SECKILL_AMQP_URL") is not probed here (a broker of your own); the services report it if it does not answer"
+        return 0
     fi
-    if _seckill_tcp_open "$host" "$port"; then
-        seckill_say "something listens on $host:$port but does not speak AMQP (SECKILL_AMQP_URL=$(seckill_redact "$SECKILL_AMQP_URL")): fix SECKILL_AMQP_URL or free the port."
-        return 1
-    fi
+    _seckill_tcp_open 127.0.0.1 5672 && return 0
     if ! _seckill_bin rabbitmq-server >/dev/null; then
         if ! _seckill_can_install; then
             _seckill_cannot_provide RabbitMQ rabbitmq-server SECKILL_AMQP_URL
@@ -493,14 +488,10 @@ _seckill_ensure_rabbitmq() {
         fi
         _seckill_apt_install rabbitmq-server || return 1
     fi
-    _seckill_rabbitmq_start "$port" || return 1
-    if ! _seckill_wait_for "$SECKILL_RABBITMQ_START_TIMEOUT" _seckill_amqp_greets "$host" "$port"; then
-        seckill_say "RabbitMQ did not answer at $host:$port within ${SECKILL_RABBITMQ_START_TIMEOUT}s; see /var/log/rabbitmq/ and run/rabbitmq.log"
+    _seckill_rabbitmq_start || return 1
+    if ! _seckill_wait_for "$SECKILL_RABBITMQ_START_TIMEOUT" _seckill_rabbitmq_serving; then
+        seckill_say "RabbitMQ did not accept connections on 127.0.0.1:5672 within ${SECKILL_RABBITMQ_START_TIMEOUT}s; see /var/log/rabbitmq/ and run/rabbitmq.log"
         return 1
-    fi
-    if _seckill_bin rabbitmqctl >/dev/null; then
-        _seckill_rabbitmqctl "$_SK_RABBIT_NODE" -q await_startup >>"$SECKILL_RUN_DIR/rabbitmq.log" 2>&1 ||
-            seckill_say "note: rabbitmqctl await_startup failed (see run/rabbitmq.log), but the broker answers AMQP"
     fi
 }
 
@@ -535,10 +526,7 @@ stop_started_servers() {
             redis)
                 seckill_say "stopping redis-server on port $a"
                 if cli=$(_seckill_bin redis-cli); then
-                    _seckill_url_split "$SECKILL_REDIS_URL" 6379
-                    local -a auth=()
-                    [[ -n $_SK_PASS ]] && auth=(env "REDISCLI_AUTH=$_SK_PASS")
-                    "${auth[@]}" timeout 10 "$cli" -h 127.0.0.1 -p "$a" shutdown nosave >/dev/null 2>&1 || true
+                    timeout 10 "$cli" -h 127.0.0.1 -p "$a" shutdown nosave >/dev/null 2>&1 || true
                 fi
                 if _seckill_tcp_open 127.0.0.1 "$a"; then
                     seckill_say "redis-server on port $a still answers"
@@ -547,7 +535,7 @@ stop_started_servers() {
                 ;;
             rabbitmq)
                 seckill_say "stopping RabbitMQ (port $a)"
-                _seckill_rabbitmqctl "${b:--}" stop >/dev/null 2>&1 || true
+                _seckill_rabbitmq_cli "${b:--}" rabbitmqctl stop >/dev/null 2>&1 || true
                 if ! _seckill_wait_for 30 _seckill_tcp_closed 127.0.0.1 "$a"; then
                     seckill_say "RabbitMQ on port $a still answers"
                     rc=1

@@ -6,7 +6,9 @@
 #      its own databases), SECKILL_TEST_REDIS_URL and SECKILL_TEST_AMQP_URL;
 #   3. cargo nextest run --workspace --no-fail-fast (with --profile ci when CI is set) when
 #      cargo-nextest is installed, else cargo test --workspace --no-fail-fast.
-#      SECKILL_TEST_RUNNER=cargo-test forces cargo test.
+#      SECKILL_TEST_RUNNER=cargo-test forces cargo test. The workspace includes
+#      crates/deploy-check: every environment the deployment files give a service, read by that
+#      service's own settings loader and validation.
 #   4. the deployment checks (scripts/check-deploy.sh), then the fast cases of the fault suite
 #      (scripts/faults.sh --quick: a release build, private servers, kill -9 of order-service and
 #      a Redis FLUSHALL with requests queued); the fault cases only on a whole run, not when

@@ -27,11 +27,13 @@ SERVICES=(stock-service seckill-service order-service gateway)
 declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=8082 [stock-service]=8083)
 # The config sections each binary accepts. Every settings struct denies unknown fields, so a
 # SECKILL__<SECTION>__* variable may only reach a service that has that section.
+# (Each binary's Settings struct; crates/deploy-check's tests read every deployment file
+# through them.)
 declare -A SECTIONS=(
-    [gateway]="http log auth dev_token upstreams rate_limit admin"
-    [seckill-service]="http log redis amqp upstreams seckill"
-    [order-service]="http log database redis amqp upstreams order"
-    [stock-service]="http log database amqp"
+    [gateway]="http log auth dev_token upstreams rate_limit admin trust"
+    [seckill-service]="http log redis amqp upstreams seckill trust"
+    [order-service]="http log database redis amqp upstreams order trust"
+    [stock-service]="http log database amqp stock trust"
 )
 READY_TIMEOUT=${SECKILL_READY_TIMEOUT:-60}
 STOCK_DB=${SECKILL_STOCK_DB:-seckill_stock}
