@@ -25,12 +25,11 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::client::{Conn, Endpoint, Req};
-use crate::machine;
-use crate::memory::{ProcTarget, Sampler};
+use crate::machine::{Involved, Watch};
+use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event, PUBLISH_ACK, PUBLISH_NACK};
 use crate::report::{self, KIND_AMQP, KIND_HTTP, Report};
-use crate::stats;
 
 /// `http`: GET `url` on `connections` keep-alive connections for `duration`.
 #[derive(Debug, Clone)]
@@ -50,8 +49,7 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     let endpoint = Endpoint::parse(&cfg.url)?;
     let conns = Conn::open_many(&endpoint, cfg.connections.max(1), cfg.request_timeout).await?;
     let progress = Progress::new(cfg.progress && cfg.duration >= Duration::from_secs(3), None, &cfg.name);
-    let cpu_before = machine::snapshot();
-    let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
     let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let deadline = clock.t0() + cfg.duration;
@@ -88,12 +86,8 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     }
     let end_us = clock.now_us();
     progress.finish();
-    let memory = sampler.stop();
-    let cpu = machine::cpu_between(
-        &cpu_before,
-        &machine::snapshot(),
-        &machine::Involved::only(&["gateway", "seckill-bench", "seckill_bench-"], cfg.procs.clone()),
-    );
+    let cpu = watch.cpu(&Involved::only(&["gateway", "seckill-bench", "seckill_bench-"], cfg.procs.clone()));
+    let memory = watch.memory();
     let mut notes = Vec::new();
     if reconnects > 0 {
         notes.push(format!("{reconnects} connections were re-opened after an error or a close"));
@@ -101,26 +95,17 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     if cpu.disturbed {
         notes.push(cpu.disturbance());
     }
+    let params = json!({
+        "url": cfg.url,
+        "connections": cfg.connections,
+        "duration_secs": cfg.duration.as_secs_f64(),
+        "rate": cfg.rate,
+    });
     Ok(Report {
-        kind: KIND_HTTP.into(),
-        name: cfg.name.clone(),
-        started_at,
-        command: report::this_command(),
-        params: json!({
-            "url": cfg.url,
-            "connections": cfg.connections,
-            "duration_secs": cfg.duration.as_secs_f64(),
-            "rate": cfg.rate,
-        }),
-        duration_secs: f64::from(end_us) / 1e6,
-        calls: stats::call_stats(&events),
-        buy: None,
-        drain: None,
-        invariants: Vec::new(),
         memory,
         cpu: Some(cpu),
-        timeline: stats::timeline(&events, &[], stats::bucket_ms_for(u64::from(end_us))),
         notes,
+        ..Report::of_calls(KIND_HTTP, &cfg.name, started_at, params, &events, end_us)
     })
 }
 
@@ -207,8 +192,7 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
             .to_vec();
     body.resize(cfg.body_bytes.max(1), b' ');
     let progress = Progress::new(cfg.progress, Some(cfg.messages), "publishing");
-    let cpu_before = machine::snapshot();
-    let sampler = Sampler::start(cfg.procs.clone(), Duration::from_millis(100));
+    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
     let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let mut events = Vec::with_capacity(usize::try_from(cfg.messages).unwrap_or(0));
@@ -245,41 +229,28 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
     }
     let end_us = clock.now_us();
     progress.finish();
-    let memory = sampler.stop();
-    let cpu = machine::cpu_between(
-        &cpu_before,
-        &machine::snapshot(),
-        &machine::Involved::only(
-            &["beam.smp", "erl_child_setup", "inet_gethost", "epmd", "seckill-bench", "seckill_bench-"],
-            cfg.procs.clone(),
-        ),
-    );
+    let cpu = watch.cpu(&Involved::only(
+        &["beam.smp", "erl_child_setup", "inet_gethost", "epmd", "seckill-bench", "seckill_bench-"],
+        cfg.procs.clone(),
+    ));
+    let memory = watch.memory();
     let mut notes = Vec::new();
     if cpu.disturbed {
         notes.push(cpu.disturbance());
     }
+    let params = json!({
+        "url": redact(&cfg.url),
+        "messages": cfg.messages,
+        "in_flight": cfg.in_flight,
+        "body_bytes": body.len(),
+        "persistent": true,
+        "queue": "durable scratch queue, deleted afterwards",
+    });
     Ok(Report {
-        kind: KIND_AMQP.into(),
-        name: cfg.name.clone(),
-        started_at,
-        command: report::this_command(),
-        params: json!({
-            "url": redact(&cfg.url),
-            "messages": cfg.messages,
-            "in_flight": cfg.in_flight,
-            "body_bytes": body.len(),
-            "persistent": true,
-            "queue": "durable scratch queue, deleted afterwards",
-        }),
-        duration_secs: f64::from(end_us) / 1e6,
-        calls: stats::call_stats(&events),
-        buy: None,
-        drain: None,
-        invariants: Vec::new(),
         memory,
         cpu: Some(cpu),
-        timeline: stats::timeline(&events, &[], stats::bucket_ms_for(u64::from(end_us))),
         notes,
+        ..Report::of_calls(KIND_AMQP, &cfg.name, started_at, params, &events, end_us)
     })
 }
 

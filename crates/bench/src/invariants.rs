@@ -48,6 +48,13 @@ impl Check {
     fn new(name: &str, ok: bool, detail: String) -> Self {
         Self { name: name.into(), ok, detail }
     }
+
+    /// Holds when no user is in `users`; otherwise says how many `broken` and the first few.
+    fn none_of(name: &str, users: &[i64], ok: String, broken: &str) -> Self {
+        let detail =
+            if users.is_empty() { ok } else { format!("{} {broken}, e.g. {:?}", users.len(), first(users)) };
+        Self::new(name, users.is_empty(), detail)
+    }
 }
 
 pub const NOBODY_TWICE: &str = "nobody accepted twice";
@@ -69,14 +76,11 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
     let mut checks = Vec::new();
 
     let twice: Vec<i64> = buyers.iter().filter(|b| b.accepted > 1).map(|b| b.user_id).collect();
-    checks.push(Check::new(
+    checks.push(Check::none_of(
         NOBODY_TWICE,
-        twice.is_empty(),
-        if twice.is_empty() {
-            "no user had two orders accepted".into()
-        } else {
-            format!("{} users accepted more than once, e.g. {:?}", twice.len(), first(&twice))
-        },
+        &twice,
+        "no user had two orders accepted".into(),
+        "users accepted more than once",
     ));
 
     let mut holders: HashMap<i64, Vec<i64>> = HashMap::new();
@@ -139,14 +143,11 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
 
     let queued: Vec<i64> =
         buyers.iter().filter(|b| b.result == Some(FinalState::Queued)).map(|b| b.user_id).collect();
-    checks.push(Check::new(
+    checks.push(Check::none_of(
         NOTHING_QUEUED,
-        queued.is_empty(),
-        if queued.is_empty() {
-            "every accepted request reached a final result".into()
-        } else {
-            format!("{} users still queued at the end, e.g. {:?}", queued.len(), first(&queued))
-        },
+        &queued,
+        "every accepted request reached a final result".into(),
+        "users still queued at the end",
     ));
 
     let accepted = buyers.iter().filter(|b| b.accepted > 0).count();
@@ -156,14 +157,11 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
         .filter(|b| b.accepted > 0 && matches!(b.result, None | Some(FinalState::None)))
         .map(|b| b.user_id)
         .collect();
-    checks.push(Check::new(
+    checks.push(Check::none_of(
         NOTHING_LOST,
-        lost.is_empty(),
-        if lost.is_empty() {
-            format!("{accepted} accepted: {n_winners} success, {failed} failed, {} queued", queued.len())
-        } else {
-            format!("{} accepted users have no result at all (lost), e.g. {:?}", lost.len(), first(&lost))
-        },
+        &lost,
+        format!("{accepted} accepted: {n_winners} success, {failed} failed, {} queued", queued.len()),
+        "accepted users have no result at all (lost)",
     ));
 
     let want = stock - n_winners;

@@ -23,4 +23,5 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod scenario;
+pub mod signal;
 pub mod stats;

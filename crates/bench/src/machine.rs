@@ -1,14 +1,15 @@
 //! The machine a run measured: where its CPU time went during the run (from `/proc/stat` and
-//! every `/proc/<pid>/stat`), so a figure disturbed by someone else's build says so; and the
-//! static facts (cores, memory, CPU model, kernel) for BENCHMARKS.md.
+//! every `/proc/<pid>/stat`, read with `procfs`), so a figure disturbed by someone else's build
+//! says so; and the static facts (cores, memory, CPU model, kernel) for BENCHMARKS.md.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use procfs::process::Stat;
+use procfs::{Current, CurrentSI, Meminfo};
 use serde::{Deserialize, Serialize};
 
-/// Kernel clock ticks per second (`getconf CLK_TCK`; 100 on every Linux this runs on).
-const TICKS_PER_SEC: f64 = 100.0;
+use crate::memory::{ProcMemory, ProcTarget, Sampler};
 
 /// Process names that belong to the measured system or its tools; anything else using CPU
 /// during a run is a disturbance.
@@ -55,51 +56,39 @@ pub struct CpuSnapshot {
     at: Instant,
     busy: u64,
     total: u64,
+    /// The kernel's clock ticks per second (`CLK_TCK`), to turn ticks into time.
+    ticks_per_sec: u64,
     procs: HashMap<u32, (String, u64)>,
 }
 
-/// Busy and total ticks from the first line of `/proc/stat`.
-pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    if v.len() < 4 {
-        return None;
-    }
+/// Busy and total ticks of all cores (the `cpu` line of `/proc/stat`).
+fn busy_and_total(cpu: &procfs::CpuTime) -> (u64, u64) {
     // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v[3] + v.get(4).copied().unwrap_or(0);
-    Some((total - idle, total))
+    let iowait = cpu.iowait.unwrap_or(0);
+    let total = [cpu.user, cpu.nice, cpu.system, cpu.idle, iowait]
+        .into_iter()
+        .chain([cpu.irq, cpu.softirq, cpu.steal].into_iter().flatten())
+        .sum::<u64>();
+    let idle = cpu.idle + iowait;
+    (total - idle, total)
 }
 
-/// Name and user+system ticks from the text of `/proc/<pid>/stat`.
-pub fn parse_pid_stat(text: &str) -> Option<(String, u64)> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_owned();
-    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // After the name: state is field 3, utime field 14, stime field 15.
-    let utime: u64 = rest.get(11)?.parse().ok()?;
-    let stime: u64 = rest.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+/// A process's name and user+system ticks (`/proc/<pid>/stat`).
+fn name_and_ticks(stat: Stat) -> Option<(u32, (String, u64))> {
+    Some((u32::try_from(stat.pid).ok()?, (stat.comm, stat.utime + stat.stime)))
 }
 
 pub fn snapshot() -> CpuSnapshot {
-    let (busy, total) =
-        std::fs::read_to_string("/proc/stat").ok().and_then(|t| parse_proc_stat(&t)).unwrap_or((0, 0));
-    let mut procs = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if let Some(p) =
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|t| parse_pid_stat(&t))
-            {
-                procs.insert(pid, p);
-            }
-        }
-    }
-    CpuSnapshot { at: Instant::now(), busy, total, procs }
+    let (busy, total) = procfs::KernelStats::current().map_or((0, 0), |k| busy_and_total(&k.total));
+    // A process that ends while the list is read is simply left out.
+    let procs = procfs::process::all_processes()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter_map(name_and_ticks)
+        .collect();
+    CpuSnapshot { at: Instant::now(), busy, total, ticks_per_sec: procfs::ticks_per_second(), procs }
 }
 
 /// CPU use of one process name during a run, in cores (1.0 = one core busy all the time).
@@ -164,24 +153,23 @@ pub struct Involved {
     pub names: Option<Vec<&'static str>>,
     /// The processes of the system under test (from `run/*.pid`, `--pid`): another process
     /// with one of their names is someone else's copy, shown as `<name> (not ours)`.
-    pub tracked: Vec<crate::memory::ProcTarget>,
+    pub tracked: Vec<ProcTarget>,
 }
 
 impl Involved {
     /// A measurement of the whole system (the scenarios).
-    pub fn system(tracked: Vec<crate::memory::ProcTarget>) -> Self {
+    pub fn system(tracked: Vec<ProcTarget>) -> Self {
         Self { names: None, tracked }
     }
 
     /// A measurement that only uses processes named with these prefixes (the baselines).
-    pub fn only(names: &[&'static str], tracked: Vec<crate::memory::ProcTarget>) -> Self {
+    pub fn only(names: &[&'static str], tracked: Vec<ProcTarget>) -> Self {
         Self { names: Some(names.to_vec()), tracked }
     }
 
     fn name_of(&self, pid: u32, comm: &str) -> String {
-        let tracked_name = |t: &crate::memory::ProcTarget| {
-            t.name.get(..15).unwrap_or(&t.name) == comm || t.name.starts_with(comm)
-        };
+        let tracked_name =
+            |t: &ProcTarget| t.name.get(..15).unwrap_or(&t.name) == comm || t.name.starts_with(comm);
         if self.tracked.iter().any(|t| t.pid == pid) {
             return group_name(comm);
         }
@@ -205,6 +193,29 @@ impl Involved {
     }
 }
 
+/// A measurement's CPU and memory, watched from its start.
+pub struct Watch {
+    cpu_before: CpuSnapshot,
+    sampler: Sampler,
+}
+
+impl Watch {
+    /// Takes the CPU snapshot and samples the processes' memory every `every` from now on.
+    pub fn start(procs: Vec<ProcTarget>, every: Duration) -> Self {
+        Self { cpu_before: snapshot(), sampler: Sampler::start(procs, every) }
+    }
+
+    /// Where the CPU went since the start; `involved` says which processes the measurement uses.
+    pub fn cpu(&self, involved: &Involved) -> CpuReport {
+        cpu_between(&self.cpu_before, &snapshot(), involved)
+    }
+
+    /// Stops sampling: each process's memory over the measurement.
+    pub fn memory(self) -> Vec<ProcMemory> {
+        self.sampler.stop()
+    }
+}
+
 /// What happened between two snapshots.
 pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot, involved: &Involved) -> CpuReport {
     let wall_secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
@@ -218,7 +229,8 @@ pub fn cpu_between(a: &CpuSnapshot, b: &CpuSnapshot, involved: &Involved) -> Cpu
     let seen: u64 = by_name.values().sum();
     let busy_ticks = b.busy.saturating_sub(a.busy);
     let total_ticks = b.total.saturating_sub(a.total).max(1);
-    let to_cores = |ticks: u64| ticks as f64 / TICKS_PER_SEC / wall_secs;
+    let ticks_per_sec = b.ticks_per_sec.max(1) as f64;
+    let to_cores = |ticks: u64| ticks as f64 / ticks_per_sec / wall_secs;
     let visible_others: u64 = by_name.iter().filter(|(n, _)| !involved.uses(n)).map(|(_, t)| *t).sum();
     // Busy time no live process accounts for: processes that ended during the run (ours do
     // not end) and interrupt work. Counted as others' when large.
@@ -252,23 +264,17 @@ pub struct MachineFacts {
 }
 
 pub fn facts() -> MachineFacts {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu_model = read("/proc/cpuinfo")
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_owned())
+    let cpu_model = procfs::CpuInfo::current()
+        .ok()
+        .and_then(|info| info.model_name(0).map(|m| m.trim().to_owned()))
         .unwrap_or_else(|| "unknown".into());
-    let memory_mib = read("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1_024);
+    // procfs gives bytes.
+    let memory_mib = Meminfo::current().map_or(0, |m| m.mem_total / (1_024 * 1_024));
     MachineFacts {
         nproc: cores(),
         memory_mib,
         cpu_model,
-        kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+        kernel: rustix::system::uname().release().to_string_lossy().into_owned(),
     }
 }
 
@@ -284,6 +290,7 @@ mod tests {
             at,
             busy: 0,
             total: 0,
+            ticks_per_sec: 100,
             procs: HashMap::from([
                 (1, proc("gateway", 0)),
                 (2, proc("postgres", 0)),
@@ -294,13 +301,14 @@ mod tests {
             at: at + std::time::Duration::from_secs(1),
             busy: 150,
             total: 200,
+            ticks_per_sec: 100,
             procs: HashMap::from([
                 (1, proc("gateway", 100)),
                 (2, proc("postgres", 30)),
                 (3, proc("gateway", 20)),
             ]),
         };
-        let tracked = vec![crate::memory::ProcTarget { name: "gateway".into(), pid: 1 }];
+        let tracked = vec![ProcTarget { name: "gateway".into(), pid: 1 }];
         let r = cpu_between(&a, &b, &Involved::only(&["gateway", "seckill-bench"], tracked.clone()));
         assert!((r.others_cores - 0.5).abs() < 1e-9, "{r:?}");
         assert!(r.by_process.iter().any(|p| p.name == "gateway (not ours)" && !p.ours), "{r:?}");
@@ -311,13 +319,34 @@ mod tests {
     }
 
     #[test]
-    fn proc_stat_lines_are_parsed() {
-        let t = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n";
-        assert_eq!(parse_proc_stat(t), Some((150, 1_000)));
-        let p = "1234 (seckill-service) S 1 2 3 4 5 6 7 8 9 10 300 40 0 0 20 0 8";
-        assert_eq!(parse_pid_stat(p), Some(("seckill-service".into(), 340)));
-        let odd = "77 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 5 6 0";
-        assert_eq!(parse_pid_stat(odd), Some(("a (b) c".into(), 11)));
+    fn proc_stat_figures_are_read() {
+        use procfs::{ExplicitSystemInfo, FromBufReadSI, FromRead, KernelStats};
+        let si = ExplicitSystemInfo {
+            boot_time_secs: 0,
+            ticks_per_second: 100,
+            page_size: 4_096,
+            is_little_endian: true,
+        };
+        let t = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\nctxt 1\nbtime 1\nprocesses 1\n";
+        let k = KernelStats::from_buf_read(t.as_bytes(), &si).unwrap();
+        assert_eq!(busy_and_total(&k.total), (150, 1_000));
+        let rest = "0 -1 4194304 99 0 0 0 300 40 0 0 20 0 1 0 430789 3133440 358 18446744073709551615 1 2 3 \
+                    0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 4 5 6 7 8 9 10 0";
+        let stat = |head: &str| Stat::from_read(format!("{head} {rest}").as_bytes()).unwrap();
+        let p = name_and_ticks(stat("1234 (seckill-service) S 1 2 3"));
+        assert_eq!(p, Some((1234, ("seckill-service".into(), 340))));
+        let odd = name_and_ticks(stat("77 (a (b) c) R 1 2 3"));
+        assert_eq!(odd, Some((77, ("a (b) c".into(), 340))));
+    }
+
+    #[test]
+    fn a_snapshot_sees_this_process_and_the_machine() {
+        let s = snapshot();
+        assert!(s.total > 0 && s.busy <= s.total, "{s:?}");
+        assert!(s.ticks_per_sec > 0);
+        assert!(s.procs.contains_key(&std::process::id()));
+        let f = facts();
+        assert!(f.memory_mib > 0 && !f.kernel.is_empty(), "{f:?}");
     }
 
     #[test]
@@ -332,12 +361,14 @@ mod tests {
             at: Instant::now(),
             busy: 0,
             total: 0,
+            ticks_per_sec: 100,
             procs: HashMap::from([(1, proc("gateway", 0)), (2, proc("rustc", 0))]),
         };
         let b = CpuSnapshot {
             at: a.at + std::time::Duration::from_secs(1),
             busy: 140,
             total: 200,
+            ticks_per_sec: 100,
             procs: HashMap::from([(1, proc("gateway", 80)), (2, proc("rustc", 60))]),
         };
         let mut a = a;

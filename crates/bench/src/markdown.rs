@@ -4,14 +4,19 @@
 //! median (by its main figure) is shown, with every run's figure next to it.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment};
 use serde::{Deserialize, Serialize};
 
-use crate::machine::MachineFacts;
-use crate::report::{KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
+use crate::invariants::Check;
+use crate::machine::{MachineFacts, ProcCpu};
+use crate::memory::ProcMemory;
+use crate::report::{BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
+use crate::stats::CallStats;
 
 pub const KIND_EXTERNAL: &str = "external";
 pub const KIND_MACHINE: &str = "machine";
@@ -377,288 +382,272 @@ fn missing(what: &str, goal: &str) -> Target {
     }
 }
 
-fn yes_no(met: Option<bool>) -> &'static str {
-    match met {
-        Some(true) => "**yes**",
-        Some(false) => "**no**",
-        None => "-",
-    }
-}
-
-fn md_calls(rows: &[crate::stats::CallStats]) -> String {
-    let mut out = String::from(
-        "| call | outcome | count | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for r in rows {
-        let l = &r.latency;
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            r.call,
-            r.outcome,
-            r.count,
-            n0(r.per_sec),
-            l.p50_ms,
-            l.p90_ms,
-            l.p99_ms,
-            l.p999_ms,
-            l.max_ms
-        );
-    }
-    out
-}
-
-fn cpu_line(r: &Report) -> String {
-    match &r.cpu {
-        Some(c) => {
-            let top: Vec<String> = c
-                .by_process
-                .iter()
-                .filter(|p| p.cores >= 0.01)
-                .take(8)
-                .map(|p| format!("{} {:.2}", p.name, p.cores))
-                .collect();
-            format!(
-                "CPU during the run ({} cores, {:.0}% busy), in cores: {}; other processes {:.2}{}",
-                c.cores,
-                c.busy * 100.0,
-                top.join(", "),
-                c.others_cores,
-                if c.disturbed { " **(disturbed)**" } else { "" }
-            )
-        }
-        None => String::new(),
-    }
-}
+/// The document's template: its prose; [`render`] hands it the figures.
+const TEMPLATE: &str = include_str!("../templates/benchmarks.md.j2");
 
 /// The whole document.
-pub fn render(c: &Collected) -> String {
-    use names::*;
-    let mut out = String::new();
-    let run = c.run.clone().unwrap_or_default();
-    out.push_str("# Benchmarks\n\n");
-    let _ = writeln!(
-        out,
-        "Written by `scripts/bench.sh` ({}) from the JSON files in [bench/](bench/); do not edit by hand, run it again. \
-         Run started {} and ended {}. Every figure comes from that one run on this machine, the load generator \
-         (`seckill-bench`) on the same cores as the system, so absolute figures drift from machine to machine and run \
-         to run; the ratios to the baselines measured in the same run are what to compare.{}\n",
-        if run.quick { "quick run, `BENCH_QUICK=1`: smaller sizes" } else { "full run" },
-        if run.started_at.is_empty() { "?" } else { &run.started_at },
-        if run.finished_at.is_empty() { "?" } else { &run.finished_at },
-        if run.repeat > 1 {
-            format!(
-                " Baselines and the sold-out scenario ran {} times each; the median is shown, with every run in brackets.",
-                run.repeat
-            )
-        } else {
-            String::new()
-        }
+pub fn render(c: &Collected) -> anyhow::Result<String> {
+    let mut env = Environment::new();
+    env.set_syntax(
+        SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true)
+            .build()
+            .context("the template syntax")?,
     );
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.add_filter("n0", |v: f64| n0(v));
+    env.add_filter("fixed", |v: f64, digits: usize| format!("{v:.digits$}"));
+    env.add_template("benchmarks.md", TEMPLATE).context("parsing templates/benchmarks.md.j2")?;
+    let page = Page::new(c);
+    env.get_template("benchmarks.md")?.render(Serde(&page)).context("rendering templates/benchmarks.md.j2")
+}
 
-    out.push_str(
-        "## Targets\n\n| target | measured | against | ratio | goal | met |\n|---|---|---|---:|---|---|\n",
-    );
-    for t in targets(c) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} |",
-            t.what,
-            t.measured,
-            t.against,
-            t.ratio.map_or(String::new(), |r| format!("{r:.2}")),
-            t.goal,
-            yes_no(t.met)
-        );
-    }
-    out.push('\n');
+/// What the template shows, gathered from the collected runs.
+#[derive(Serialize)]
+struct Page<'a> {
+    run: RunInfo,
+    targets: Vec<TargetRow>,
+    disturbed: Vec<Disturbed<'a>>,
+    /// The HTTP and AMQP baselines by name.
+    http: BTreeMap<&'static str, HttpBaseline<'a>>,
+    externals: Vec<ExternalBaseline<'a>>,
+    scenarios: Vec<ScenarioView<'a>>,
+    cost: Option<CostTable<'a>>,
+    limits: Limits,
+    cpu_by_measurement: Vec<NamedCpu<'a>>,
+    /// Tool versions, `|` kept out of the table.
+    versions: Vec<(String, String)>,
+    commands: Vec<String>,
+}
 
-    let disturbed: Vec<String> =
-        c.reports
-            .values()
-            .flatten()
-            .filter_map(|r| {
-                r.cpu.as_ref().filter(|c| c.disturbed).map(|cpu| {
-                    format!("{} ({:.2} cores: {})", r.name, cpu.others_cores, cpu.busiest_others(3))
-                })
-            })
-            .collect();
-    if !run.notes.is_empty() || !disturbed.is_empty() {
-        out.push_str("### Notes on this run\n\n");
-        for n in &run.notes {
-            let _ = writeln!(out, "- {n}");
+impl<'a> Page<'a> {
+    fn new(c: &'a Collected) -> Self {
+        let run = c.run.clone().unwrap_or_default();
+        let versions = run.versions.iter().map(|(k, v)| (k.clone(), v.replace('|', "/"))).collect();
+        Self {
+            targets: targets(c).into_iter().map(TargetRow::from).collect(),
+            disturbed: disturbed(c),
+            http: http_baselines(c),
+            externals: external_baselines(c),
+            scenarios: scenarios(c),
+            cost: CostTable::new(c),
+            limits: Limits::new(c),
+            cpu_by_measurement: c
+                .reports
+                .iter()
+                .filter_map(|(name, runs)| Some(NamedCpu { name, cpu: CpuView::of(runs.first()?)? }))
+                .collect(),
+            versions,
+            commands: commands(c),
+            run,
         }
-        if !disturbed.is_empty() {
-            let _ = writeln!(
-                out,
-                "- Processes a measurement does not use (another session's builds or tests, the servers busy for someone else, the system's own services during a baseline that bypasses them) took more than 0.15 of a core during: {}. Those figures are disturbed: the machine and its PostgreSQL, Redis and RabbitMQ are shared.",
-                disturbed.join(", ")
-            );
-        }
-        out.push('\n');
     }
+}
 
-    out.push_str("## Baselines: this machine's limits, same run\n\n| baseline | figure | p50 ms | p99 ms | what |\n|---|---:|---:|---:|---|\n");
-    let http_rows = [
-        (HEALTHZ, "the gateway alone: `GET /healthz`"),
-        (UPSTREAM, "the trivial upstream alone (`seckill-bench upstream`), no gateway"),
-        (
-            HOP,
-            "one plain hop: `GET /api/goods` through a second gateway whose stock upstream is the trivial upstream",
-        ),
-        (AMQP, "RabbitMQ: persistent publishes with publisher confirms, ~1,000 in flight, one channel"),
-    ];
-    for (name, what) in http_rows {
-        if let Some((r, runs)) = c.report(name) {
+#[derive(Serialize)]
+struct TargetRow {
+    what: String,
+    measured: String,
+    against: String,
+    ratio: Option<f64>,
+    goal: String,
+    met: Option<bool>,
+}
+
+impl From<Target> for TargetRow {
+    fn from(t: Target) -> Self {
+        Self {
+            what: t.what,
+            measured: t.measured,
+            against: t.against,
+            ratio: t.ratio,
+            goal: t.goal,
+            met: t.met,
+        }
+    }
+}
+
+/// A measurement others disturbed.
+#[derive(Serialize)]
+struct Disturbed<'a> {
+    name: &'a str,
+    others_cores: f64,
+    busiest: String,
+}
+
+fn disturbed(c: &Collected) -> Vec<Disturbed<'_>> {
+    c.reports
+        .values()
+        .flatten()
+        .filter_map(|r| {
+            let cpu = r.cpu.as_ref().filter(|c| c.disturbed)?;
+            Some(Disturbed { name: &r.name, others_cores: cpu.others_cores, busiest: cpu.busiest_others(3) })
+        })
+        .collect()
+}
+
+/// Every run's figure, when there was more than one.
+fn repeated(values: Vec<f64>) -> Vec<f64> {
+    if values.len() > 1 { values } else { Vec::new() }
+}
+
+#[derive(Serialize)]
+struct HttpBaseline<'a> {
+    name: &'a str,
+    per_sec: f64,
+    /// `msg` or `req`.
+    unit: &'static str,
+    runs: Vec<f64>,
+    p50_ms: f64,
+    p99_ms: f64,
+    connections: Option<u64>,
+}
+
+fn http_baselines(c: &Collected) -> BTreeMap<&'static str, HttpBaseline<'_>> {
+    [names::HEALTHZ, names::UPSTREAM, names::HOP, names::AMQP]
+        .into_iter()
+        .filter_map(|name| {
+            let (r, runs) = c.report(name)?;
             let all = r.calls.iter().find(|x| x.outcome == "all");
-            let conns = r.params.get("connections").and_then(|v| v.as_u64());
-            let _ = writeln!(
-                out,
-                "| {name} | {} {}/s{} | {:.2} | {:.2} | {what}{} |",
-                n0(r.load_per_sec()),
-                if r.kind == KIND_AMQP { "msg" } else { "req" },
-                runs_text(&runs),
-                all.map_or(0.0, |x| x.latency.p50_ms),
-                all.map_or(0.0, |x| x.latency.p99_ms),
-                conns.map_or(String::new(), |n| format!("; {n} connections"))
-            );
-        }
-    }
-    for name in [REDIS, REDIS_PIPELINED, PG] {
-        if let Some((e, runs)) = c.external(name) {
-            match e.value {
-                None => {
-                    let why = e.skipped.clone().unwrap_or_else(|| "not measured".into());
-                    let _ = writeln!(out, "| {name} | skipped | | | {why} |");
-                }
-                Some(v) => {
-                    let _ = writeln!(
-                        out,
-                        "| {name} | {} {}{} | {} | {} | {} |",
-                        n0(v),
-                        e.unit,
-                        runs_text(&runs),
-                        e.p50_ms.map_or(String::new(), |v| format!("{v:.2}")),
-                        e.p99_ms.map_or(String::new(), |v| format!("{v:.2}")),
-                        e.detail
-                    );
-                }
-            }
-        }
-    }
-    out.push('\n');
+            Some((
+                name,
+                HttpBaseline {
+                    name,
+                    per_sec: r.load_per_sec(),
+                    unit: if r.kind == KIND_AMQP { "msg" } else { "req" },
+                    runs: repeated(runs),
+                    p50_ms: all.map_or(0.0, |x| x.latency.p50_ms),
+                    p99_ms: all.map_or(0.0, |x| x.latency.p99_ms),
+                    connections: r.params.get("connections").and_then(|v| v.as_u64()),
+                },
+            ))
+        })
+        .collect()
+}
 
-    out.push_str("## Scenarios\n\n");
+#[derive(Serialize)]
+struct ExternalBaseline<'a> {
+    name: &'static str,
+    value: Option<f64>,
+    unit: &'a str,
+    runs: Vec<f64>,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    detail: &'a str,
+    skipped: Option<&'a str>,
+}
+
+fn external_baselines(c: &Collected) -> Vec<ExternalBaseline<'_>> {
+    [names::REDIS, names::REDIS_PIPELINED, names::PG]
+        .into_iter()
+        .filter_map(|name| {
+            let (e, runs) = c.external(name)?;
+            Some(ExternalBaseline {
+                name,
+                value: e.value,
+                unit: &e.unit,
+                runs: repeated(runs),
+                p50_ms: e.p50_ms,
+                p99_ms: e.p99_ms,
+                detail: &e.detail,
+                skipped: e.skipped.as_deref(),
+            })
+        })
+        .collect()
+}
+
+/// Where the CPU went during one run: the busiest processes.
+#[derive(Serialize)]
+struct CpuView<'a> {
+    cores: usize,
+    busy_pct: f64,
+    top: Vec<&'a ProcCpu>,
+    others_cores: f64,
+    disturbed: bool,
+}
+
+impl<'a> CpuView<'a> {
+    fn of(r: &'a Report) -> Option<Self> {
+        let c = r.cpu.as_ref()?;
+        Some(Self {
+            cores: c.cores,
+            busy_pct: c.busy * 100.0,
+            top: c.by_process.iter().filter(|p| p.cores >= 0.01).take(8).collect(),
+            others_cores: c.others_cores,
+            disturbed: c.disturbed,
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct NamedCpu<'a> {
+    name: &'a str,
+    cpu: CpuView<'a>,
+}
+
+#[derive(Serialize)]
+struct ScenarioView<'a> {
+    name: &'a str,
+    command: &'a str,
+    runs: Vec<f64>,
+    /// The parameters as one line of JSON.
+    params: String,
+    calls: &'a [CallStats],
+    buy: Option<&'a BuySummary>,
+    /// Refused clicks by call and outcome.
+    refused: Vec<(&'a str, u64)>,
+    /// Without accepted buys (a sold-out sale): when every user had a final answer.
+    answered_within: Option<f64>,
+    /// With accepted buys: how they drained.
+    drain: Option<&'a DrainSummary>,
+    duration_secs: f64,
+    memory: &'a [ProcMemory],
+    cpu: Option<CpuView<'a>>,
+    invariants: &'a [Check],
+    notes: &'a [String],
+    chart: bool,
+}
+
+/// The scenarios in the order they ran (others after them, by name).
+fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
+    use names::*;
     let order = [SEED, SPIKE, HOT_USER, SOLD_OUT, DRAIN, DRAIN_BACKLOG, ACCEPT_AT_RATE, ACCEPT_SUSTAINED];
     let mut names: Vec<&String> =
         c.reports.iter().filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO)).map(|(n, _)| n).collect();
     names.sort_by_key(|n| order.iter().position(|o| o == n).unwrap_or(order.len()));
-    for name in names {
-        let Some((r, runs)) = c.report(name) else { continue };
-        let _ = writeln!(out, "### {name}\n");
-        let _ = writeln!(out, "`{}`{}\n", r.command, runs_text(&runs));
-        let _ = writeln!(out, "Parameters: `{}`\n", r.params);
-        out.push_str(&md_calls(&r.calls));
-        out.push('\n');
-        if let Some(b) = &r.buy {
-            let refused: Vec<String> =
-                b.refused.iter().map(|(k, v)| format!("{k} x{}", n0(*v as f64))).collect();
-            let _ = writeln!(
-                out,
-                "- Buyers: {} users, {} clicks; {} accepted (202) -> {} success, {} failed, {} still queued. Other answers: {}. {} result polls.",
-                n0(b.users as f64),
-                n0(b.clicks as f64),
-                n0(b.accepted as f64),
-                n0(b.success as f64),
-                b.failed,
-                b.still_queued,
-                if refused.is_empty() { "none".into() } else { refused.join(", ") },
-                n0(b.polls as f64)
-            );
-        }
-        if let Some(w) =
-            r.drain.as_ref().filter(|d| d.accepted_per_sec <= 0.0).and_then(|d| d.all_answered_within_s)
-        {
-            let _ = writeln!(out, "- Every user had a final answer within {w:.3} s of the first request.");
-        }
-        if let Some(d) = r.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0) {
-            let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));
-            let _ = writeln!(
-                out,
-                "- Load {:.2} s. Accepted {}/s. Order rows written from {} to {} (sampled `created_at`): **{} orders/s** from the first 202 to the last row; {}/s between the first and the last row; {}/s on the backlog after the load ended. Results seen final by the poller: first request -> last {}, first 202 -> last {}. Every user had a final answer within {}. Accepted but not written when the load ended: {}.",
-                r.duration_secs,
-                n0(d.accepted_per_sec),
-                s(d.first_order_s),
-                s(d.last_order_s),
-                d.orders_per_sec.map_or("-".into(), n0),
-                d.consumer_orders_per_sec.map_or("-".into(), n0),
-                d.tail_orders_per_sec.map_or("-".into(), n0),
-                s(d.first_request_to_last_final_s),
-                s(d.first_accept_to_last_final_s),
-                s(d.all_answered_within_s),
-                n0(d.backlog_at_load_end as f64)
-            );
-        }
-        if !r.memory.is_empty() {
-            let m: Vec<String> = r
-                .memory
-                .iter()
-                .map(|m| format!("{} {:.1} MiB (VmHWM {:.1})", m.name, m.peak_rss_mib, m.vm_hwm_mib))
-                .collect();
-            let _ = writeln!(out, "- Peak resident memory sampled during the run: {}.", m.join(", "));
-        }
-        let cpu = cpu_line(r);
-        if !cpu.is_empty() {
-            let _ = writeln!(out, "- {cpu}.");
-        }
-        for ch in &r.invariants {
-            let _ = writeln!(
-                out,
-                "- Invariant {} {}: {}",
-                if ch.ok { "holds:" } else { "**BROKEN**:" },
-                ch.name,
-                ch.detail
-            );
-        }
-        for n in &r.notes {
-            let _ = writeln!(out, "- Note: {n}");
-        }
-        if c.charts.iter().any(|s| s == name) {
-            let _ = writeln!(out, "\n![{name}: throughput and latency over time](bench/{name}.svg)");
-        }
-        out.push('\n');
-    }
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let (r, runs) = c.report(name)?;
+            Some(ScenarioView {
+                name,
+                command: &r.command,
+                runs: repeated(runs),
+                params: r.params.to_string(),
+                calls: &r.calls,
+                buy: r.buy.as_ref(),
+                refused: r.buy.iter().flat_map(|b| &b.refused).map(|(k, v)| (k.as_str(), *v)).collect(),
+                answered_within: r
+                    .drain
+                    .as_ref()
+                    .filter(|d| d.accepted_per_sec <= 0.0)
+                    .and_then(|d| d.all_answered_within_s),
+                drain: r.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0),
+                duration_secs: r.duration_secs,
+                memory: &r.memory,
+                cpu: CpuView::of(r),
+                invariants: &r.invariants,
+                notes: &r.notes,
+                chart: c.charts.iter().any(|s| s == name),
+            })
+        })
+        .collect()
+}
 
-    out.push_str(&cost_table(c));
-    out.push_str(&limits(c));
-
-    out.push_str("## Where the CPU went\n\nCores used by each process during each measurement (2.00 = both cores of a 2-core machine). The load generator shares the cores: its share is CPU the system did not get.\n\n");
-    for (name, runs) in &c.reports {
-        let Some(r) = runs.first() else { continue };
-        let line = cpu_line(r);
-        if !line.is_empty() {
-            let _ = writeln!(out, "- **{name}**: {line}");
-        }
-    }
-    out.push('\n');
-
-    out.push_str("## The machine\n\n| | |\n|---|---|\n");
-    let f = &run.facts;
-    let _ = writeln!(out, "| cores (`nproc`) | {} |", f.nproc);
-    let _ = writeln!(out, "| memory | {} MiB |", n0(f.memory_mib as f64));
-    let _ = writeln!(out, "| CPU | {} |", f.cpu_model);
-    let _ = writeln!(out, "| kernel | {} |", f.kernel);
-    for (k, v) in &run.versions {
-        let _ = writeln!(out, "| {k} | {} |", v.replace('|', "/"));
-    }
-    out.push('\n');
-
-    out.push_str("## Reproduce\n\n```sh\nscripts/bench.sh                 # the whole run: build, start, baselines, scenarios, this file, stop\nBENCH_QUICK=1 scripts/bench.sh   # smaller sizes, one run of each baseline\n```\n\nHow the system ran: phase A (seed, spike, hot-user) as `scripts/up.sh` starts it (`seckill.require_token = true`); \
-         phase B (everything after) with seckill-service restarted alone with `SECKILL__SECKILL__REQUIRE_TOKEN=false`. \
-         Both gateways with `SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC=1000000 SECKILL__RATE_LIMIT__ANONYMOUS_BURST=1000000` \
-         (the load comes from one address). The hop: `seckill-bench upstream --port 18083` and a second gateway, \
-         `SECKILL__HTTP__PORT=18080 SECKILL__ADMIN__PORT=19080 SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:18083 target/release/gateway`. \
-         `seckill-bench` is `target/release/seckill-bench`. The commands, in order:\n\n```sh\n");
+/// Every command of the run, in the order they ran, each once.
+fn commands(c: &Collected) -> Vec<String> {
     let mut commands: Vec<(String, String)> = c
         .reports
         .values()
@@ -674,74 +663,82 @@ pub fn render(c: &Collected) -> String {
         .collect();
     commands.sort();
     commands.dedup_by(|a, b| a.1 == b.1);
-    for (_, cmd) in commands {
-        let _ = writeln!(out, "{cmd}");
-    }
-    out.push_str("```\n");
-    out
+    commands.into_iter().map(|(_, cmd)| cmd).collect()
 }
 
 /// CPU time per request of each process, from the CPU each used during the load and the
 /// load's rate: what a request costs, and so where the throughput of a CPU-bound run goes.
-pub fn cost_table(c: &Collected) -> String {
-    use names::*;
-    let cols: Vec<(&str, &str, &Report)> = [
-        (HOP, "hop (per GET)"),
-        (SOLD_OUT, "sold-out (per 410)"),
-        (DRAIN, "drain (per accepted order, consumer running)"),
-        (DRAIN_BACKLOG, "drain-backlog load (per accepted order, consumer paused)"),
-    ]
-    .into_iter()
-    .filter_map(|(name, label)| c.report(name).map(|(r, _)| (name, label, r)))
-    .filter(|(_, _, r)| r.cpu.is_some() && r.load_per_sec() > 0.0)
-    .collect();
-    if cols.is_empty() {
-        return String::new();
-    }
-    let mut procs: Vec<String> = Vec::new();
-    for (_, _, r) in &cols {
-        for p in r.cpu.iter().flat_map(|c| &c.by_process) {
-            if p.cores >= 0.02 && !procs.contains(&p.name) {
-                procs.push(p.name.clone());
-            }
-        }
-    }
-    let mut out = String::from(
-        "## What a request costs\n\nCPU microseconds per request of each process during the load (its cores used divided by the load's requests/s). \
-         When the machine is busy near 100%, throughput is the cores divided by the total: this is where it goes. \
-         `seckill-bench` is the load generator (and, in the hop, also the trivial upstream).\n\n| process |",
-    );
-    for (_, label, _) in &cols {
-        let _ = write!(out, " {label} |");
-    }
-    out.push_str("\n|---|");
-    out.push_str(&"---:|".repeat(cols.len()));
-    out.push('\n');
-    let us = |cores: f64, r: &Report| cores * 1e6 / r.load_per_sec().max(1e-9);
-    for name in &procs {
-        let _ = write!(out, "| {name} |");
-        for (_, _, r) in &cols {
-            let cores =
-                r.cpu.iter().flat_map(|c| &c.by_process).find(|p| &p.name == name).map_or(0.0, |p| p.cores);
-            let _ = write!(out, " {:.0} |", us(cores, r));
-        }
-        out.push('\n');
-    }
-    out.push_str("| **all (machine busy)** |");
-    for (_, _, r) in &cols {
-        let cpu = r.cpu.as_ref().map_or((0.0, 0), |c| (c.busy, c.cores));
-        let _ = write!(out, " **{:.0}** ({:.0}% busy) |", us(cpu.0 * cpu.1 as f64, r), cpu.0 * 100.0);
-    }
-    out.push_str("\n| requests/s |");
-    for (_, _, r) in &cols {
-        let _ = write!(out, " {} |", n0(r.load_per_sec()));
-    }
-    out.push_str("\n\n");
-    out
+#[derive(Serialize)]
+struct CostTable<'a> {
+    columns: Vec<CostColumn>,
+    rows: Vec<CostRow<'a>>,
 }
 
+#[derive(Serialize)]
+struct CostColumn {
+    label: &'static str,
+    /// Machine-wide CPU microseconds per request.
+    all_us: f64,
+    busy_pct: f64,
+    per_sec: f64,
+}
+
+#[derive(Serialize)]
+struct CostRow<'a> {
+    name: &'a str,
+    /// CPU microseconds per request, by column.
+    us: Vec<f64>,
+}
+
+impl<'a> CostTable<'a> {
+    fn new(c: &'a Collected) -> Option<Self> {
+        use names::*;
+        let cols: Vec<(&'static str, &Report)> = [
+            (HOP, "hop (per GET)"),
+            (SOLD_OUT, "sold-out (per 410)"),
+            (DRAIN, "drain (per accepted order, consumer running)"),
+            (DRAIN_BACKLOG, "drain-backlog load (per accepted order, consumer paused)"),
+        ]
+        .into_iter()
+        .filter_map(|(name, label)| c.report(name).map(|(r, _)| (label, r)))
+        .filter(|(_, r)| r.cpu.is_some() && r.load_per_sec() > 0.0)
+        .collect();
+        if cols.is_empty() {
+            return None;
+        }
+        let mut procs: Vec<&str> = Vec::new();
+        for (_, r) in &cols {
+            for p in r.cpu.iter().flat_map(|c| &c.by_process) {
+                if p.cores >= 0.02 && !procs.contains(&p.name.as_str()) {
+                    procs.push(&p.name);
+                }
+            }
+        }
+        let rows = procs
+            .into_iter()
+            .map(|name| CostRow { name, us: cols.iter().map(|(_, r)| us_per_request(r, name)).collect() })
+            .collect();
+        let columns = cols
+            .iter()
+            .map(|(label, r)| CostColumn {
+                label,
+                all_us: total_us(r),
+                busy_pct: r.cpu.as_ref().map_or(0.0, |c| c.busy * 100.0),
+                per_sec: r.load_per_sec(),
+            })
+            .collect();
+        Some(Self { columns, rows })
+    }
+}
+
+/// Cores a process used during a run (names are unique in `by_process`); 0 when it did not show.
 fn cores_of(r: &Report, name: &str) -> f64 {
-    r.cpu.iter().flat_map(|c| &c.by_process).filter(|p| p.name == name).map(|p| p.cores).sum()
+    r.cpu.iter().flat_map(|c| &c.by_process).find(|p| p.name == name).map_or(0.0, |p| p.cores)
+}
+
+/// CPU microseconds per request of one process during a run.
+fn us_per_request(r: &Report, name: &str) -> f64 {
+    cores_of(r, name) * 1e6 / r.load_per_sec().max(1e-9)
 }
 
 /// Machine-wide CPU microseconds per request of a run (busy x cores / rate).
@@ -749,106 +746,114 @@ fn total_us(r: &Report) -> f64 {
     r.cpu.as_ref().map_or(0.0, |c| c.busy * c.cores as f64) * 1e6 / r.load_per_sec().max(1e-9)
 }
 
-/// What stands in the way of the missed targets, computed from this run's figures.
-pub fn limits(c: &Collected) -> String {
-    use names::*;
-    let mut lines = Vec::new();
-    if let (Some((s, _)), Some((h, _))) = (c.report(SOLD_OUT), c.report(HOP)) {
-        let per = |r: &Report, n: &str| cores_of(r, n) * 1e6 / r.load_per_sec().max(1e-9);
-        lines.push(format!(
-            "Sold-out path vs one hop: both saturate the machine ({:.0}% and {:.0}% busy), so the ratio is the ratio of CPU per request: \
-             {:.0} µs for a sold-out click against {:.0} µs for a plain hop. The gateway spends {:.0} µs on a sold-out click (JWT check, \
-             per-user rate limit, identity headers) against {:.0} µs on the plain hop, and seckill-service {:.0} µs answering from its flag, \
-             where the trivial upstream and the load generator together spend {:.0} µs.",
-            s.cpu.as_ref().map_or(0.0, |c| c.busy * 100.0),
-            h.cpu.as_ref().map_or(0.0, |c| c.busy * 100.0),
-            total_us(s),
-            total_us(h),
-            per(s, "gateway"),
-            per(h, "gateway"),
-            per(s, "seckill-service"),
-            per(h, "seckill-bench"),
-        ));
+/// What stands in the way of the missed targets: the figures the template explains them with.
+#[derive(Serialize)]
+struct Limits {
+    sold_out: Option<SoldOutVsHop>,
+    drain: Option<DrainLimits>,
+}
+
+/// CPU per request, a sold-out click against a plain hop.
+#[derive(Serialize)]
+struct SoldOutVsHop {
+    sold_out_busy_pct: f64,
+    hop_busy_pct: f64,
+    sold_out_us: f64,
+    hop_us: f64,
+    sold_out_gateway_us: f64,
+    hop_gateway_us: f64,
+    sold_out_seckill_us: f64,
+    hop_bench_us: f64,
+}
+
+/// What an accepted order costs, and what that means for the rate and the latency.
+#[derive(Serialize)]
+struct DrainLimits {
+    total_us: f64,
+    /// CPU microseconds per accepted order, by process name.
+    per_process_us: BTreeMap<&'static str, f64>,
+    cores: f64,
+    /// The rate the cores allow at that cost.
+    cap_per_sec: f64,
+    /// The accept path alone (drain-backlog).
+    backlog: Option<AcceptPathAlone>,
+    rabbitmq: Option<RabbitCost>,
+    connections: f64,
+    per_sec: f64,
+    /// Little's law: connections / throughput.
+    wait_ms: f64,
+    /// The rate a 50 ms wait needs at these connections.
+    needed_per_sec: f64,
+    backlog_at_load_end: u64,
+}
+
+#[derive(Serialize)]
+struct AcceptPathAlone {
+    total_us: f64,
+    per_sec: f64,
+}
+
+#[derive(Serialize)]
+struct RabbitCost {
+    /// Per message in the RabbitMQ baseline.
+    baseline_us: f64,
+    /// Per accepted order with the consumer paused.
+    paused_us: Option<f64>,
+}
+
+impl Limits {
+    fn new(c: &Collected) -> Self {
+        use names::*;
+        let sold_out = c.report(SOLD_OUT).zip(c.report(HOP)).map(|((s, _), (h, _))| SoldOutVsHop {
+            sold_out_busy_pct: s.cpu.as_ref().map_or(0.0, |c| c.busy * 100.0),
+            hop_busy_pct: h.cpu.as_ref().map_or(0.0, |c| c.busy * 100.0),
+            sold_out_us: total_us(s),
+            hop_us: total_us(h),
+            sold_out_gateway_us: us_per_request(s, "gateway"),
+            hop_gateway_us: us_per_request(h, "gateway"),
+            sold_out_seckill_us: us_per_request(s, "seckill-service"),
+            hop_bench_us: us_per_request(h, "seckill-bench"),
+        });
+        let drain = c.report(DRAIN).map(|(d, _)| {
+            let cores = d.cpu.as_ref().map_or(0, |c| c.cores) as f64;
+            let connections = d.params.get("connections").and_then(|v| v.as_f64()).unwrap_or(0.0);
+            let processes = [
+                "seckill-service",
+                "beam.smp",
+                "gateway",
+                "postgres",
+                "redis-server",
+                "order-service",
+                "stock-service",
+                "seckill-bench",
+            ];
+            DrainLimits {
+                total_us: total_us(d),
+                per_process_us: processes.into_iter().map(|p| (p, us_per_request(d, p))).collect(),
+                cores,
+                cap_per_sec: cores * 1e6 / total_us(d).max(1e-9),
+                backlog: c
+                    .report(DRAIN_BACKLOG)
+                    .map(|(b, _)| AcceptPathAlone { total_us: total_us(b), per_sec: b.load_per_sec() }),
+                rabbitmq: c.report(AMQP).map(|(a, _)| RabbitCost {
+                    baseline_us: us_per_request(a, "beam.smp"),
+                    paused_us: c.report(DRAIN_BACKLOG).map(|(b, _)| us_per_request(b, "beam.smp")),
+                }),
+                connections,
+                per_sec: d.load_per_sec(),
+                wait_ms: connections * 1e3 / d.load_per_sec().max(1e-9),
+                needed_per_sec: connections / 0.05,
+                backlog_at_load_end: d.drain.as_ref().map_or(0, |x| x.backlog_at_load_end),
+            }
+        });
+        Self { sold_out, drain }
     }
-    if let Some((d, _)) = c.report(DRAIN) {
-        let cores = d.cpu.as_ref().map_or(0, |c| c.cores) as f64;
-        let per = |n: &str| cores_of(d, n) * 1e6 / d.load_per_sec().max(1e-9);
-        let mut line = format!(
-            "Accepted buys: every accepted order costs {:.0} µs of CPU across the stack while the consumer runs (seckill-service {:.0}, \
-             RabbitMQ {:.0}, gateway {:.0}, PostgreSQL {:.0}, Redis {:.0}, order-service {:.0}, stock-service {:.0}, the load generator {:.0}), \
-             so {:.0} cores cap it near {} orders/s whatever the concurrency.",
-            total_us(d),
-            per("seckill-service"),
-            per("beam.smp"),
-            per("gateway"),
-            per("postgres"),
-            per("redis-server"),
-            per("order-service"),
-            per("stock-service"),
-            per("seckill-bench"),
-            cores,
-            n0(cores * 1e6 / total_us(d).max(1e-9)),
-        );
-        if let Some((b, _)) = c.report(DRAIN_BACKLOG) {
-            let _ = write!(
-                line,
-                " With the consumer paused the accept path alone costs {:.0} µs an order and reaches {} accepted/s.",
-                total_us(b),
-                n0(b.load_per_sec())
-            );
-        }
-        if let Some((a, _)) = c.report(AMQP) {
-            let rabbit = cores_of(a, "beam.smp") * 1e6 / a.load_per_sec().max(1e-9);
-            let paused = c
-                .report(DRAIN_BACKLOG)
-                .map(|(b, _)| cores_of(b, "beam.smp") * 1e6 / b.load_per_sec().max(1e-9));
-            let _ = write!(
-                line,
-                " RabbitMQ spends {rabbit:.0} µs a message in its baseline (bare publishes, one channel, 1,000 confirms in flight) against {:.0} µs \
-                 an accepted order here{}: seckill-service's publishes are mandatory, carry a message id and a header, go out one per HTTP \
-                 request over 4 channels, and with the consumer running the broker also delivers each message and takes the acks.",
-                per("beam.smp"),
-                paused.map_or(String::new(), |v| format!(
-                    " ({v:.0} µs with the consumer paused, publishing only)"
-                ))
-            );
-        }
-        lines.push(line);
-        let conns = d.params.get("connections").and_then(|v| v.as_f64()).unwrap_or(0.0);
-        lines.push(format!(
-            "p99 at {conns:.0} connections: a closed loop of {conns:.0} clicks in flight at {} accepted/s waits {:.0} ms on average (Little's law: \
-             connections / throughput), so a p99 under 50 ms needs more than {} accepted/s or fewer clicks in flight; open loop at a rate \
-             above the capacity, the queue (and the latency) grows for as long as the load lasts.",
-            n0(d.load_per_sec()),
-            conns * 1e3 / d.load_per_sec().max(1e-9),
-            n0(conns / 0.05),
-        ));
-    }
-    if let Some((d, _)) = c.report(DRAIN) {
-        let backlog = d.drain.as_ref().map_or(0, |x| x.backlog_at_load_end);
-        lines.push(format!(
-            "Drain under load: the consumer kept up with the accepted orders ({} not yet written when the load ended), so orders/s there \
-             equals the accepted rate; the consumer's own throughput is the drain-backlog figure.",
-            n0(backlog as f64)
-        ));
-    }
-    if lines.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
-        "## What stands in the way\n\nComputed from this run's figures (see the table above):\n\n",
-    );
-    for l in lines {
-        let _ = writeln!(out, "- {l}");
-    }
-    out.push('\n');
-    out
 }
 
 /// Writes the document for `dir` to `out`.
 pub fn write(dir: &Path, out: &Path) -> anyhow::Result<()> {
     let c = Collected::read(dir)?;
-    std::fs::write(out, render(&c)).with_context(|| format!("writing {}", out.display()))
+    std::fs::write(out, render(&c)?).with_context(|| format!("writing {}", out.display()))
 }
 
 /// The median main figure of a measurement, for bench.sh (e.g. to set an open-loop rate).
@@ -916,7 +921,7 @@ mod tests {
         assert!(sold.against.contains("10,000"), "{sold:?}");
         assert!(sold.against.contains("runs: 9,000, 20,000, 10,000"), "{sold:?}");
         assert_eq!(t[1].met, None);
-        let md = render(&c);
+        let md = render(&c).unwrap();
         assert!(md.contains("| sold-out path through the gateway vs one plain hop |"), "{md}");
     }
 
@@ -962,11 +967,32 @@ mod tests {
         assert!(a.against.contains("20,000 msg/s"), "{a:?}");
         assert!(a.what.contains("order-service paused"), "{a:?}");
         assert!(t[whole].what.contains("consumer running"), "{:?}", t[whole]);
-        let md = render(&c);
+        let md = render(&c).unwrap();
         assert!(
             md.contains("| 13,000 /s (order p99 95.2 ms) | 20,000 msg/s | 0.65 | >= 0.6 | **yes** |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_recorded_run_renders_every_section() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/bench");
+        let md = render(&Collected::read(&dir).unwrap()).unwrap();
+        for heading in [
+            "# Benchmarks\n\nWritten by `scripts/bench.sh`",
+            "\n## Targets\n\n| target |",
+            "\n## Baselines: this machine's limits, same run\n\n",
+            "\n## Scenarios\n\n### seed\n\n`seckill-bench seed",
+            "\n## What a request costs\n\n",
+            "\n## What stands in the way\n\n",
+            "\n## Where the CPU went\n\n",
+            "\n## The machine\n\n",
+            "\n## Reproduce\n\n",
+        ] {
+            assert!(md.contains(heading), "{heading:?} missing from\n{md}");
+        }
+        assert!(!md.contains("{{") && !md.contains("{%") && !md.contains("\n\n\n"), "{md}");
+        assert!(md.ends_with("```\n"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Each service's memory during a run: VmRSS sampled from `/proc/<pid>/status` while the clock
+//! Each service's memory during a run: VmRSS sampled from `/proc/<pid>/status` (read with
+//! `procfs`) while the clock
 //! runs (the peak of the run itself), and VmHWM at the end (the peak of the process's whole
 //! life, earlier runs included). Pids come from `run/*.pid` (scripts/up.sh writes them) and
 //! from `--pid name=PID`.
@@ -55,19 +56,10 @@ pub fn discover(dir: &Path, extra: &[ProcTarget]) -> Vec<ProcTarget> {
     found
 }
 
-/// VmRSS and VmHWM in KiB from the text of `/proc/<pid>/status`.
-pub fn parse_status(text: &str) -> (Option<u64>, Option<u64>) {
-    let field = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
+/// VmRSS and VmHWM in KiB of a live process (`None`: it is gone, or not a process id).
 fn read_status(pid: u32) -> Option<(Option<u64>, Option<u64>)> {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().map(|t| parse_status(&t))
+    let status = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?.status().ok()?;
+    Some((status.vmrss, status.vmhwm))
 }
 
 /// A process's memory over one run, in MiB.
@@ -152,9 +144,11 @@ mod tests {
 
     #[test]
     fn status_fields_are_read_in_kib() {
-        let text = "Name:\tgateway\nVmPeak:\t  300000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   20480 kB\n";
-        assert_eq!(parse_status(text), (Some(20_480), Some(40_960)));
-        assert_eq!(parse_status("Name: x\n"), (None, None));
+        let (rss, hwm) = read_status(std::process::id()).unwrap();
+        let (rss, hwm) = (rss.unwrap(), hwm.unwrap());
+        // More than a MiB and less than a TiB: KiB, not bytes or pages.
+        assert!(rss > 1_024 && rss < 1 << 30 && hwm >= rss, "{rss} {hwm}");
+        assert_eq!(read_status(999_999_999), None);
     }
 
     #[test]

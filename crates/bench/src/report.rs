@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::invariants::Check;
 use crate::machine::CpuReport;
 use crate::memory::ProcMemory;
-use crate::stats::{CallStats, Timeline};
+use crate::record::Event;
+use crate::stats::{self, CallStats, Timeline};
 
 pub const KIND_SCENARIO: &str = "scenario";
 pub const KIND_HTTP: &str = "http";
@@ -117,6 +118,34 @@ impl Report {
             return self.drain.as_ref().and_then(|d| d.orders_per_sec).unwrap_or(0.0);
         }
         self.load_per_sec()
+    }
+
+    /// The report of a load's calls alone (`events`, the last ending at `end_us`): what a
+    /// baseline measures; the caller adds the CPU, memory and notes.
+    pub fn of_calls(
+        kind: &str,
+        name: &str,
+        started_at: String,
+        params: serde_json::Value,
+        events: &[Event],
+        end_us: u32,
+    ) -> Self {
+        Self {
+            kind: kind.into(),
+            name: name.into(),
+            started_at,
+            command: this_command(),
+            params,
+            duration_secs: f64::from(end_us) / 1e6,
+            calls: stats::call_stats(events),
+            buy: None,
+            drain: None,
+            invariants: Vec::new(),
+            memory: Vec::new(),
+            cpu: None,
+            timeline: stats::timeline(events, &[], stats::bucket_ms_for(u64::from(end_us))),
+            notes: Vec::new(),
+        }
     }
 
     pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {

@@ -18,15 +18,16 @@ use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
 use crate::invariants::{self, Buyer, FinalState};
-use crate::machine;
-use crate::memory::{ProcTarget, Sampler};
+use crate::machine::{CpuReport, Involved, Watch};
+use crate::memory::{ProcMemory, ProcTarget};
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event, outcome_label};
 use crate::report::{self, BuySummary, DrainSummary, KIND_SCENARIO, Report};
+use crate::signal::{self, Signal};
 use crate::stats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -209,6 +210,13 @@ struct Click {
     answered_us: u32,
 }
 
+impl Click {
+    /// The order was accepted (202): the user is queued for a result.
+    fn accepted(&self) -> bool {
+        self.last == Call::Order && self.status == 202
+    }
+}
+
 #[derive(Default)]
 struct WorkerOut {
     events: Vec<Event>,
@@ -221,72 +229,129 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
     if cfg.users == 0 || cfg.connections == 0 {
         bail!("users and connections must be at least 1");
     }
+    let (sale, clicking) = set_up(cfg).await?;
+    let timed = run_timed_phase(cfg, &sale, clicking).await?;
+    report_run(cfg, sale, timed).await
+}
+
+/// The sale under test and what the run learns about its users.
+struct Sale {
+    /// The admin's connection: it creates the sale, and reads the sale and the orders back
+    /// after the run.
+    admin: Conn,
+    goods_id: i64,
+    paths: Arc<Paths>,
+    /// Every user's bearer header, by user index.
+    tokens: Arc<Vec<HeaderValue>>,
+    buyers: Vec<Buyer>,
+    notes: Vec<String>,
+}
+
+/// The connections the timed phase clicks and polls on, and its path tokens.
+struct Clicking {
+    conns: Vec<Conn>,
+    poll_conns: Vec<Conn>,
+    path_tokens: PathTokens,
+}
+
+/// Before the clock: the sale created as an admin, every user's token minted, the
+/// connections opened; for `sold-out` the stock sold, with `path_token_once` the path tokens
+/// fetched.
+async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
     let endpoint = Endpoint::parse(&cfg.gateway)?;
     let mut admin = Conn::new(endpoint.clone(), cfg.request_timeout);
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
-    let goods = create_sale(&mut admin, &admin_token, cfg).await?;
-    let g = goods.id.get();
-    let paths = Arc::new(Paths::new(g));
-
+    let goods_id = create_sale(&mut admin, &admin_token, cfg).await?.id.get();
     let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
     let tokens = Arc::new(mint_tokens(&endpoint, &user_ids, cfg).await?);
     let mut conns = Conn::open_many(&endpoint, cfg.connections, cfg.request_timeout).await?;
     let poll_conns = Conn::open_many(&endpoint, cfg.poll_connections.max(1), cfg.request_timeout).await?;
-    let mut buyers: Vec<Buyer> = user_ids.iter().map(|u| Buyer { user_id: *u, ..Buyer::default() }).collect();
-    let mut notes = Vec::new();
-
+    let mut sale = Sale {
+        admin,
+        goods_id,
+        paths: Arc::new(Paths::new(goods_id)),
+        tokens,
+        buyers: user_ids.iter().map(|u| Buyer { user_id: *u, ..Buyer::default() }).collect(),
+        notes: Vec::new(),
+    };
     if cfg.scenario == Scenario::SoldOut && cfg.stock > 0 {
-        let sold = sell_out(cfg, &mut conns[0], &tokens, &paths, &mut buyers).await?;
-        notes.push(format!(
+        let sold = sell_out(cfg, &mut conns[0], &sale.tokens, &sale.paths, &mut sale.buyers).await?;
+        sale.notes.push(format!(
             "before the clock: {sold} users bought the {} units (full buy path, polled to final)",
             cfg.stock
         ));
     }
-    let path_tokens = match (cfg.path_token, cfg.path_token_once) {
+    let path_tokens = choose_path_tokens(cfg, &mut conns[0], &mut sale).await?;
+    Ok((sale, Clicking { conns, poll_conns, path_tokens }))
+}
+
+/// Where the clicks' path tokens come from; with `path_token_once` they are fetched now.
+async fn choose_path_tokens(
+    cfg: &ScenarioConfig,
+    conn: &mut Conn,
+    sale: &mut Sale,
+) -> anyhow::Result<PathTokens> {
+    Ok(match (cfg.path_token, cfg.path_token_once) {
         (false, _) => PathTokens::Off,
         (true, false) => PathTokens::PerClick,
         (true, true) => {
-            let fetched = fetch_path_tokens(&mut conns[0], &tokens, &paths).await?;
+            let fetched = fetch_path_tokens(conn, &sale.tokens, &sale.paths).await?;
             let who = match fetched.len() {
                 1 => "the user".to_owned(),
                 n => format!("each of the {n} users"),
             };
-            notes.push(format!(
+            sale.notes.push(format!(
                 "before the clock: {who} asked for a path token once (POST {}, one call of the per-user rate \
                  limit); every click was an order presenting it",
-                paths.token
+                sale.paths.token
             ));
             PathTokens::Fetched(Arc::new(fetched))
         }
-    };
+    })
+}
 
-    // The timed phase.
-    let total_clicks = match cfg.scenario {
+/// How many clicks the timed phase makes (`None`: until `duration` has passed).
+fn total_clicks(cfg: &ScenarioConfig) -> Option<u64> {
+    match cfg.scenario {
         Scenario::SoldOut => None,
         Scenario::HotUser => Some(cfg.clicks.unwrap_or(1_000)),
         _ => Some(cfg.users),
-    };
+    }
+}
+
+/// What the timed phase saw.
+struct Timed {
+    t0_wall: chrono::DateTime<Utc>,
+    total_clicks: Option<u64>,
+    /// The load's calls (result polls are in `polled`).
+    events: Vec<Event>,
+    clicks: Vec<Click>,
+    reconnects: u64,
+    load_end_us: u32,
+    /// Accepted users whose result the poller had not seen final when the load ended.
+    backlog: u64,
+    cpu: CpuReport,
+    polled: PollOut,
+    memory: Vec<ProcMemory>,
+}
+
+/// The clock: every load connection clicks while the poller follows the accepted users'
+/// results until they are final; the paused processes are held stopped during the load, and
+/// the machine's CPU and the processes' memory measured around it.
+async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) -> anyhow::Result<Timed> {
+    let total_clicks = total_clicks(cfg);
     let progress = Progress::new(cfg.progress, total_clicks, cfg.scenario.name());
-    let cpu_before = machine::snapshot();
-    let sampler = Sampler::start(cfg.procs.clone(), cfg.sample_every);
+    let watch = Watch::start(cfg.procs.clone(), cfg.sample_every);
     let mut paused = Paused::stop(&cfg.pause_pids)?;
     let t0_wall = Utc::now();
     let clock = Clock::start();
-    let source = Arc::new(ClickSource {
-        next: AtomicU64::new(0),
-        limit: total_clicks,
-        deadline: cfg.duration.map(|d| clock.t0() + d),
-        users: cfg.users,
-        rate: cfg.rate,
-        t0: clock.t0(),
-    });
     let (accepted_tx, accepted_rx) = mpsc::unbounded_channel();
     let finals_seen = Arc::new(AtomicU64::new(0));
     let poller = tokio::spawn(poll_results(
         PollSetup {
-            conns: poll_conns,
-            tokens: tokens.clone(),
-            path: paths.result.clone(),
+            conns: clicking.poll_conns,
+            tokens: sale.tokens.clone(),
+            path: sale.paths.result.clone(),
             clock,
             interval: cfg.poll_interval,
             final_timeout: cfg.final_timeout,
@@ -295,40 +360,72 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         },
         accepted_rx,
     ));
-    let mut workers = JoinSet::new();
-    for conn in conns {
-        workers.spawn(buy_worker(
-            conn,
-            source.clone(),
-            tokens.clone(),
-            paths.clone(),
-            accepted_tx.clone(),
-            clock,
-            path_tokens.clone(),
-            progress.counter.clone(),
-        ));
-    }
-    drop(accepted_tx);
-    let mut events = Vec::new();
-    let mut clicks = Vec::new();
-    let mut reconnects = 0;
-    while let Some(done) = workers.join_next().await {
-        let out = done.context("a load worker panicked")?;
-        events.extend(out.events);
-        clicks.extend(out.clicks);
-        reconnects += out.reconnects;
-    }
+    let clicker = Clicker {
+        source: Arc::new(ClickSource {
+            next: AtomicU64::new(0),
+            limit: total_clicks,
+            deadline: cfg.duration.map(|d| clock.t0() + d),
+            users: cfg.users,
+            rate: cfg.rate,
+            t0: clock.t0(),
+        }),
+        tokens: sale.tokens.clone(),
+        paths: sale.paths.clone(),
+        accepted: accepted_tx,
+        clock,
+        path_tokens: clicking.path_tokens,
+        done: progress.counter.clone(),
+    };
+    let load = click_on_every_connection(clicking.conns, clicker).await?;
     let load_end_us = clock.now_us();
     paused.resume();
-    let cpu = machine::cpu_between(
-        &cpu_before,
-        &machine::snapshot(),
-        &machine::Involved::system(cfg.procs.clone()),
-    );
+    let cpu = watch.cpu(&Involved::system(cfg.procs.clone()));
     progress.finish();
-    let accepted_so_far = clicks.iter().filter(|c| c.last == Call::Order && c.status == 202).count() as u64;
+    let accepted_so_far = load.clicks.iter().filter(|c| c.accepted()).count() as u64;
     let backlog = accepted_so_far.saturating_sub(finals_seen.load(Ordering::Relaxed));
-    let polling = Progress::new(cfg.progress && backlog > 0, Some(backlog), "results final");
+    let polled = await_final_results(cfg.progress, poller, &finals_seen, backlog).await?;
+    let memory = watch.memory();
+    Ok(Timed {
+        t0_wall,
+        total_clicks,
+        events: load.events,
+        clicks: load.clicks,
+        reconnects: load.reconnects,
+        load_end_us,
+        backlog,
+        cpu,
+        polled,
+        memory,
+    })
+}
+
+/// One [`buy_worker`] per connection until the click source runs dry; their outcomes merged.
+async fn click_on_every_connection(conns: Vec<Conn>, clicker: Clicker) -> anyhow::Result<WorkerOut> {
+    let mut workers = JoinSet::new();
+    for conn in conns {
+        workers.spawn(buy_worker(conn, clicker.clone()));
+    }
+    // The poller stops waiting for arrivals once the last worker's sender is gone.
+    drop(clicker);
+    let mut all = WorkerOut::default();
+    while let Some(done) = workers.join_next().await {
+        let out = done.context("a load worker panicked")?;
+        all.events.extend(out.events);
+        all.clicks.extend(out.clicks);
+        all.reconnects += out.reconnects;
+    }
+    Ok(all)
+}
+
+/// Waits for the poller to see the accepted results final (or give up), with a progress bar
+/// over the `backlog` still queued when the load ended.
+async fn await_final_results(
+    show: bool,
+    poller: JoinHandle<PollOut>,
+    finals_seen: &Arc<AtomicU64>,
+    backlog: u64,
+) -> anyhow::Result<PollOut> {
+    let polling = Progress::new(show && backlog > 0, Some(backlog), "results final");
     let ticker = {
         let (seen, counter, start) =
             (finals_seen.clone(), polling.counter.clone(), finals_seen.load(Ordering::Relaxed));
@@ -342,13 +439,77 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
     let polled = poller.await.context("the result poller panicked")?;
     ticker.abort();
     polling.finish();
-    let memory = sampler.stop();
+    Ok(polled)
+}
 
-    // Fold what each user saw.
-    for c in &clicks {
+/// After the clock: what each user saw folded, the sale read back, the invariants checked and
+/// the figures summed up.
+async fn report_run(cfg: &ScenarioConfig, mut sale: Sale, timed: Timed) -> anyhow::Result<Report> {
+    fold_outcomes(&mut sale.buyers, &timed.clicks, &timed.polled);
+    let g = sale.goods_id;
+    let stock_available = match goods_now(&mut sale.admin, g).await {
+        Ok(goods) => Some(goods.stock_available),
+        Err(e) => {
+            sale.notes.push(format!("GET /api/goods/{g} after the run failed: {e:#}"));
+            None
+        }
+    };
+    let checks = invariants::check(&sale.buyers, cfg.stock, stock_available);
+    let buy = buy_summary(cfg, g, stock_available, &sale.buyers, &timed);
+
+    let winners = winners_by_order(&sale.buyers);
+    let written =
+        order_times(&mut sale.admin, &sale.tokens, &winners, timed.t0_wall, cfg.order_samples).await;
+    if written.is_empty() && !winners.is_empty() {
+        sale.notes.push("could not read the orders' creation times back".into());
+    }
+    let rows = OrderRows::new(&written, winners.len(), secs(timed.load_end_us));
+    let final_times: Vec<u32> = timed.polled.finals.values().filter_map(|f| f.at_us).collect();
+    let drain = drain_summary(&timed, &sale.buyers, &final_times, &rows, buy.success);
+
+    let mut all_events = timed.events;
+    all_events.extend_from_slice(&timed.polled.events);
+    let span = all_events.iter().map(|e| u64::from(e.end_us)).max().unwrap_or(0);
+    let mut marks = vec![("results seen final".to_owned(), final_times)];
+    if written.len() >= 2 {
+        marks.push(("orders written".to_owned(), spread_marks(&written)));
+    }
+    let timeline = stats::timeline(&all_events, &marks, stats::bucket_ms_for(span));
+    let mut notes = sale.notes;
+    if timed.reconnects > 0 {
+        notes.push(format!("{} load connections were re-opened after an error or a close", timed.reconnects));
+    }
+    if timed.cpu.disturbed {
+        notes.push(timed.cpu.disturbance());
+    }
+    Ok(Report {
+        kind: KIND_SCENARIO.into(),
+        name: cfg.name.clone(),
+        started_at: report::rfc3339(timed.t0_wall),
+        command: report::this_command(),
+        params: scenario_params(cfg, timed.total_clicks),
+        duration_secs: secs(timed.load_end_us),
+        calls: stats::call_stats(&all_events),
+        buy: Some(buy),
+        drain: Some(drain),
+        invariants: checks,
+        memory: timed.memory,
+        cpu: Some(timed.cpu),
+        timeline,
+        notes,
+    })
+}
+
+fn secs(us: u32) -> f64 {
+    f64::from(us) / 1e6
+}
+
+/// Each user's clicks and final result, as the load and the poller saw them.
+fn fold_outcomes(buyers: &mut [Buyer], clicks: &[Click], polled: &PollOut) {
+    for c in clicks {
         let b = &mut buyers[c.user];
         b.clicks += 1;
-        if c.last == Call::Order && c.status == 202 {
+        if c.accepted() {
             b.accepted += 1;
         } else {
             if is_undecided(c.status) {
@@ -363,42 +524,62 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         b.order_id = fin.order_id;
         b.answered_us = fin.at_us.map(|at| at.max(b.answered_us.unwrap_or(0)));
     }
-    let stock_available = match goods_now(&mut admin, g).await {
-        Ok(goods) => Some(goods.stock_available),
-        Err(e) => {
-            notes.push(format!("GET /api/goods/{g} after the run failed: {e:#}"));
-            None
-        }
-    };
-    let checks = invariants::check(&buyers, cfg.stock, stock_available);
+}
 
+/// Clicks, acceptances, final results and refusals by call and outcome.
+fn buy_summary(
+    cfg: &ScenarioConfig,
+    goods_id: i64,
+    stock_available: Option<i64>,
+    buyers: &[Buyer],
+    timed: &Timed,
+) -> BuySummary {
     let mut refused: BTreeMap<String, u64> = BTreeMap::new();
-    for c in clicks.iter().filter(|c| !(c.last == Call::Order && c.status == 202)) {
+    for c in timed.clicks.iter().filter(|c| !c.accepted()) {
         let label = format!("{} {}", c.last.name(), outcome_label(c.last, c.status));
         *refused.entry(label).or_default() += 1;
     }
     let count_result = |s: FinalState| buyers.iter().filter(|b| b.result == Some(s)).count() as u64;
-    let success = count_result(FinalState::Success);
-    let buy = BuySummary {
-        goods_id: g,
+    BuySummary {
+        goods_id,
         stock: cfg.stock,
         stock_available,
         users: cfg.users,
-        clicks: clicks.len() as u64,
+        clicks: timed.clicks.len() as u64,
         accepted: buyers.iter().map(|b| u64::from(b.accepted)).sum(),
-        success,
+        success: count_result(FinalState::Success),
         failed: count_result(FinalState::Failed),
         still_queued: count_result(FinalState::Queued),
         refused,
-        polls: polled.events.len() as u64,
-    };
+        polls: timed.polled.events.len() as u64,
+    }
+}
 
+/// `(order id, user)` of every user who got an order, by order id.
+fn winners_by_order(buyers: &[Buyer]) -> Vec<(i64, usize)> {
+    let mut winners: Vec<(i64, usize)> = buyers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.result == Some(FinalState::Success))
+        .filter_map(|(i, b)| b.order_id.map(|o| (o, i)))
+        .collect();
+    winners.sort_unstable();
+    winners
+}
+
+/// How fast the accepted requests became orders: from the results seen final and, when they
+/// could be read back, the order rows' creation times.
+fn drain_summary(
+    timed: &Timed,
+    buyers: &[Buyer],
+    final_times: &[u32],
+    rows: &OrderRows,
+    success: u64,
+) -> DrainSummary {
     let accept_times: Vec<u32> =
-        events.iter().filter(|e| e.call == Call::Order && e.status == 202).map(|e| e.end_us).collect();
-    let final_times: Vec<u32> = polled.finals.values().filter_map(|f| f.at_us).collect();
+        timed.events.iter().filter(|e| e.call == Call::Order && e.status == 202).map(|e| e.end_us).collect();
     let last_final = final_times.iter().copied().max();
     let first_accept = accept_times.iter().copied().min();
-    let secs = |us: u32| f64::from(us) / 1e6;
     let all_answered = if buyers.iter().any(|b| b.clicks > 0 && b.answered_us.is_none()) {
         None
     } else {
@@ -408,21 +589,9 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         (Some(a), Some(f)) if f > a => Some(secs(f - a)),
         _ => None,
     };
-    let mut winners: Vec<(i64, usize)> = buyers
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.result == Some(FinalState::Success))
-        .filter_map(|(i, b)| b.order_id.map(|o| (o, i)))
-        .collect();
-    winners.sort_unstable();
-    let written = order_times(&mut admin, &tokens, &winners, t0_wall, cfg.order_samples).await;
-    if written.is_empty() && !winners.is_empty() {
-        notes.push("could not read the orders' creation times back".into());
-    }
-    let rows = OrderRows::new(&written, winners.len(), secs(load_end_us));
-    let drain = DrainSummary {
+    DrainSummary {
         accepted_per_sec: stats::call_stats(
-            &events.iter().filter(|e| e.call == Call::Order).copied().collect::<Vec<_>>(),
+            &timed.events.iter().filter(|e| e.call == Call::Order).copied().collect::<Vec<_>>(),
         )
         .iter()
         .find(|r| r.outcome == "202")
@@ -439,54 +608,28 @@ pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
         consumer_orders_per_sec: rows.consumer_per_sec,
         tail_orders_per_sec: rows.tail_per_sec,
         all_answered_within_s: all_answered,
-        backlog_at_load_end: rows.backlog.unwrap_or(backlog),
-    };
+        backlog_at_load_end: rows.backlog.unwrap_or(timed.backlog),
+    }
+}
 
-    let mut all_events = events;
-    all_events.extend_from_slice(&polled.events);
-    let span = all_events.iter().map(|e| u64::from(e.end_us)).max().unwrap_or(0);
-    let mut marks = vec![("results seen final".to_owned(), final_times)];
-    if written.len() >= 2 {
-        marks.push(("orders written".to_owned(), spread_marks(&written)));
-    }
-    let timeline = stats::timeline(&all_events, &marks, stats::bucket_ms_for(span));
-    if reconnects > 0 {
-        notes.push(format!("{reconnects} load connections were re-opened after an error or a close"));
-    }
-    if cpu.disturbed {
-        notes.push(cpu.disturbance());
-    }
-    Ok(Report {
-        kind: KIND_SCENARIO.into(),
-        name: cfg.name.clone(),
-        started_at: report::rfc3339(t0_wall),
-        command: report::this_command(),
-        params: json!({
-            "scenario": cfg.scenario.name(),
-            "gateway": cfg.gateway,
-            "users": cfg.users,
-            "stock": cfg.stock,
-            "connections": cfg.connections,
-            "clicks": total_clicks,
-            "duration_secs": cfg.duration.map(|d| d.as_secs_f64()),
-            "rate": cfg.rate,
-            "path_token": cfg.path_token,
-            "path_token_once": cfg.path_token && cfg.path_token_once,
-            "first_user": cfg.first_user,
-            "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
-            "poll_connections": cfg.poll_connections,
-            "poll_during_load": cfg.poll_during_load,
-            "paused_during_load": cfg.pause_pids,
-        }),
-        duration_secs: secs(load_end_us),
-        calls: stats::call_stats(&all_events),
-        buy: Some(buy),
-        drain: Some(drain),
-        invariants: checks,
-        memory,
-        cpu: Some(cpu),
-        timeline,
-        notes,
+/// The run's parameters, as the report records them.
+fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -> serde_json::Value {
+    json!({
+        "scenario": cfg.scenario.name(),
+        "gateway": cfg.gateway,
+        "users": cfg.users,
+        "stock": cfg.stock,
+        "connections": cfg.connections,
+        "clicks": total_clicks,
+        "duration_secs": cfg.duration.map(|d| d.as_secs_f64()),
+        "rate": cfg.rate,
+        "path_token": cfg.path_token,
+        "path_token_once": cfg.path_token && cfg.path_token_once,
+        "first_user": cfg.first_user,
+        "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
+        "poll_connections": cfg.poll_connections,
+        "poll_during_load": cfg.poll_during_load,
+        "paused_during_load": cfg.pause_pids,
     })
 }
 
@@ -498,7 +641,7 @@ impl Paused {
     fn stop(pids: &[u32]) -> anyhow::Result<Self> {
         let mut paused = Self(Vec::new());
         for pid in pids {
-            signal(*pid, "STOP")?;
+            signal::send(*pid, Signal::STOP)?;
             paused.0.push(*pid);
         }
         Ok(paused)
@@ -506,7 +649,7 @@ impl Paused {
 
     fn resume(&mut self) {
         for pid in self.0.drain(..) {
-            if let Err(e) = signal(pid, "CONT") {
+            if let Err(e) = signal::send(pid, Signal::CONT) {
                 eprintln!("seckill-bench: could not resume pid {pid}: {e:#}");
             }
         }
@@ -519,82 +662,87 @@ impl Drop for Paused {
     }
 }
 
-/// `kill -<sig> <pid>` (no libc binding: the tool forbids unsafe code).
-pub(crate) fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .context("running kill")?;
-    if !status.success() {
-        bail!("kill -{sig} {pid} failed ({status})");
-    }
-    Ok(())
-}
-
 /// A refusal that is not an answer about the sale: the click may be retried.
 fn is_undecided(status: u16) -> bool {
     matches!(status, STATUS_ERROR | STATUS_TIMEOUT | 429) || status >= 500
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn buy_worker(
-    mut conn: Conn,
+/// What every load connection clicks with.
+#[derive(Clone)]
+struct Clicker {
     source: Arc<ClickSource>,
     tokens: Arc<Vec<HeaderValue>>,
     paths: Arc<Paths>,
+    /// Accepted users, with when, for the poller.
     accepted: mpsc::UnboundedSender<(usize, u32)>,
     clock: Clock,
     path_tokens: PathTokens,
+    /// Clicks made, for the progress bar.
     done: Arc<AtomicU64>,
-) -> WorkerOut {
+}
+
+/// One load connection: clicks as the source hands them out until it runs dry.
+async fn buy_worker(mut conn: Conn, clicker: Clicker) -> WorkerOut {
     let mut out = WorkerOut::default();
     let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
-    while let Some((user, scheduled)) = source.next() {
+    while let Some((user, scheduled)) = clicker.source.next() {
         if let Some(at) = scheduled {
             tokio::time::sleep_until(at.into()).await;
         }
-        let bearer = &tokens[user];
+        let click = clicker.click(&mut conn, &token_header, user, scheduled, &mut out.events).await;
+        out.clicks.push(click);
+        clicker.done.fetch_add(1, Ordering::Relaxed);
+    }
+    out.reconnects = conn.reconnects;
+    out
+}
+
+impl Clicker {
+    /// One click of `user`: the path token when one is asked for per click, then the order.
+    async fn click(
+        &self,
+        conn: &mut Conn,
+        token_header: &HeaderName,
+        user: usize,
+        scheduled: Option<Instant>,
+        events: &mut Vec<Event>,
+    ) -> Click {
+        let bearer = &self.tokens[user];
         let mut start = scheduled.unwrap_or_else(Instant::now);
-        let mut presented = None;
-        if let PathTokens::Fetched(fetched) = &path_tokens {
-            presented = Some(fetched[user].clone());
-        }
-        if matches!(path_tokens, PathTokens::PerClick) {
-            let a = conn.send(Req::post(&paths.token).bearer(bearer)).await;
-            let end = Instant::now();
-            out.events.push(clock.event(Call::PathToken, a.status, start, end));
-            if a.status != 200 {
-                out.clicks.push(Click {
-                    user,
-                    last: Call::PathToken,
-                    status: a.status,
-                    answered_us: clock.us(end),
-                });
-                done.fetch_add(1, Ordering::Relaxed);
-                continue;
+        let presented = match &self.path_tokens {
+            PathTokens::Off => None,
+            PathTokens::Fetched(fetched) => Some(fetched[user].clone()),
+            PathTokens::PerClick => {
+                let a = conn.send(Req::post(&self.paths.token).bearer(bearer)).await;
+                let end = Instant::now();
+                events.push(self.clock.event(Call::PathToken, a.status, start, end));
+                if a.status != 200 {
+                    return Click {
+                        user,
+                        last: Call::PathToken,
+                        status: a.status,
+                        answered_us: self.clock.us(end),
+                    };
+                }
+                start = end;
+                serde_json::from_slice::<TokenResponse>(&a.body)
+                    .ok()
+                    .and_then(|t| HeaderValue::from_str(&t.token).ok())
             }
-            presented = serde_json::from_slice::<TokenResponse>(&a.body)
-                .ok()
-                .and_then(|t| HeaderValue::from_str(&t.token).ok());
-            start = end;
-        }
-        let mut req = Req::post(&paths.orders).bearer(bearer);
+        };
+        let mut req = Req::post(&self.paths.orders).bearer(bearer);
         if let Some(t) = presented {
             req = req.header(token_header.clone(), t);
         }
         let a = conn.send(req).await;
         let end = Instant::now();
-        out.events.push(clock.event(Call::Order, a.status, start, end));
-        let answered_us = clock.us(end);
+        events.push(self.clock.event(Call::Order, a.status, start, end));
+        let answered_us = self.clock.us(end);
         if a.status == 202 {
-            let _ = accepted.send((user, answered_us));
+            let _ = self.accepted.send((user, answered_us));
         }
-        out.clicks.push(Click { user, last: Call::Order, status: a.status, answered_us });
-        done.fetch_add(1, Ordering::Relaxed);
+        Click { user, last: Call::Order, status: a.status, answered_us }
     }
-    out.reconnects = conn.reconnects;
-    out
 }
 
 /// A user's result as last seen by the poller.
@@ -1031,6 +1179,25 @@ mod tests {
     fn sampled_orders_spread_into_marks() {
         let marks = spread_marks(&[(0, 0.0), (4, 0.4)]);
         assert_eq!(marks, [0, 100_000, 200_000, 300_000, 400_000]);
+    }
+
+    #[test]
+    fn paused_processes_stop_until_resumed() {
+        let state = |pid: u32| procfs::process::Process::new(pid as i32).unwrap().stat().unwrap().state;
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut paused = Paused::stop(&[pid]).unwrap();
+        let wait_for = |want: fn(char) -> bool| {
+            (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                want(state(pid))
+            })
+        };
+        assert!(wait_for(|s| s == 'T'), "stopped");
+        paused.resume();
+        assert!(wait_for(|s| s != 'T'), "resumed");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

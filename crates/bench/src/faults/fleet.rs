@@ -21,6 +21,7 @@ use seckill_common::trust::Peer;
 
 use super::cases::Svc;
 use crate::client::{Conn, Endpoint, Req};
+use crate::signal::{self, Signal};
 
 /// How long a service may take to answer /readyz after its start.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -260,7 +261,7 @@ impl Fleet {
     /// A process still alive after [`TERM_TIMEOUT`] is killed and that is an error.
     pub async fn term(&mut self, svc: Svc) -> anyhow::Result<(Duration, String)> {
         let started = Instant::now();
-        self.signal(svc, "TERM")?;
+        self.signal(svc, Signal::TERM)?;
         let mut child =
             self.children.remove(&svc).with_context(|| format!("{} is not running", svc.name()))?;
         match tokio::time::timeout(TERM_TIMEOUT, child.wait()).await {
@@ -273,14 +274,14 @@ impl Fleet {
         }
     }
 
-    /// Sends `kill -SIG pid`.
-    pub fn signal(&mut self, svc: Svc, sig: &str) -> anyhow::Result<()> {
+    /// Sends `sig` to the service's process.
+    pub fn signal(&mut self, svc: Svc, sig: Signal) -> anyhow::Result<()> {
         let pid = self
             .children
             .get(&svc)
             .and_then(Child::id)
             .with_context(|| format!("{} is not running", svc.name()))?;
-        crate::scenario::signal(pid, sig).with_context(|| svc.name().to_owned())
+        signal::send(pid, sig).with_context(|| svc.name().to_owned())
     }
 
     /// Starts whatever is not running (in start order), and resumes a paused process; returns
@@ -290,7 +291,7 @@ impl Fleet {
         for svc in Svc::ALL {
             if self.running(svc) {
                 // A process frozen by a failed case would never answer: SIGCONT is harmless.
-                let _ = self.signal(svc, "CONT");
+                let _ = self.signal(svc, Signal::CONT);
                 if self.ready(svc).await {
                     continue;
                 }
@@ -317,8 +318,8 @@ impl Fleet {
                 self.children.remove(&svc);
                 continue;
             }
-            let _ = self.signal(svc, "CONT");
-            let _ = self.signal(svc, "TERM");
+            let _ = self.signal(svc, Signal::CONT);
+            let _ = self.signal(svc, Signal::TERM);
             if let Some(mut child) = self.children.remove(&svc)
                 && tokio::time::timeout(Duration::from_secs(15), child.wait()).await.is_err()
             {

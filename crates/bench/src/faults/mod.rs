@@ -37,6 +37,7 @@ use self::verdict::{Figures, OrderRow, Outside};
 use crate::client::{Conn, Endpoint, Req, bearer_header};
 use crate::invariants::{Check, FinalState};
 use crate::scenario::dev_token;
+use crate::signal::Signal;
 
 /// Ports of the system's own servers and services: the suite restarts, flushes and kills what
 /// it is pointed at, so it refuses these.
@@ -338,8 +339,8 @@ async fn run_steps(steps: &[Step], fleet: &mut Fleet, servers: &Servers, t0: Ins
                 .start(*s)
                 .await
                 .map(|took| format!("{} started, ready after {:.1} s", s.name(), took.as_secs_f64())),
-            Step::Pause(s) => fleet.signal(*s, "STOP").map(|()| format!("SIGSTOP {}", s.name())),
-            Step::Resume(s) => fleet.signal(*s, "CONT").map(|()| format!("SIGCONT {}", s.name())),
+            Step::Pause(s) => fleet.signal(*s, Signal::STOP).map(|()| format!("SIGSTOP {}", s.name())),
+            Step::Resume(s) => fleet.signal(*s, Signal::CONT).map(|()| format!("SIGCONT {}", s.name())),
             Step::Ctl(server, action) => servers
                 .control(*server, action)
                 .await

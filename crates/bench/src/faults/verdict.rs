@@ -112,6 +112,13 @@ fn first<T: std::fmt::Debug>(items: &[T]) -> String {
     shown.join(", ")
 }
 
+/// Adds "<what>: <count> (e.g. <shape> <the first few>)" when there are `items`.
+fn problem<T: std::fmt::Debug>(problems: &mut Vec<String>, what: &str, shape: &str, items: &[T]) {
+    if !items.is_empty() {
+        problems.push(format!("{what}: {} (e.g. {shape} {})", items.len(), first(items)));
+    }
+}
+
 fn check(name: &str, ok: bool, detail: String) -> Check {
     Check { name: name.into(), ok, detail }
 }
@@ -286,48 +293,32 @@ pub fn judge(
         && listing_disagrees.is_empty()
         && unreadable.is_empty();
     let mut problems = Vec::new();
-    if !success_without_order.is_empty() {
-        problems.push(format!(
-            "success without an active order: {} (e.g. (user, order) {})",
-            success_without_order.len(),
-            first(&success_without_order)
-        ));
-    }
-    if !order_without_success.is_empty() {
-        problems.push(format!(
-            "an active order but no success: {} (e.g. (user, orders, result) {})",
-            order_without_success.len(),
-            first(&order_without_success)
-        ));
-    }
-    if !wrong_order.is_empty() {
-        problems.push(format!(
-            "success naming another order than the user's: {} (e.g. (user, result's order, active orders) {})",
-            wrong_order.len(),
-            first(&wrong_order)
-        ));
-    }
-    if !listing_disagrees.is_empty() {
-        problems.push(format!(
-            "GET /api/orders disagrees with the database: {} (e.g. (user, listed, in the database) {})",
-            listing_disagrees.len(),
-            first(&listing_disagrees)
-        ));
-    }
-    if !unreadable.is_empty() {
-        problems.push(format!(
-            "result or orders not readable: {} (e.g. users {})",
-            unreadable.len(),
-            first(&unreadable)
-        ));
-    }
-    if !changed.is_empty() {
-        problems.push(format!(
-            "a success seen while polling no longer there at the end: {} (e.g. (user, order) {})",
-            changed.len(),
-            first(&changed)
-        ));
-    }
+    problem(&mut problems, "success without an active order", "(user, order)", &success_without_order);
+    problem(
+        &mut problems,
+        "an active order but no success",
+        "(user, orders, result)",
+        &order_without_success,
+    );
+    problem(
+        &mut problems,
+        "success naming another order than the user's",
+        "(user, result's order, active orders)",
+        &wrong_order,
+    );
+    problem(
+        &mut problems,
+        "GET /api/orders disagrees with the database",
+        "(user, listed, in the database)",
+        &listing_disagrees,
+    );
+    problem(&mut problems, "result or orders not readable", "users", &unreadable);
+    problem(
+        &mut problems,
+        "a success seen while polling no longer there at the end",
+        "(user, order)",
+        &changed,
+    );
     checks.push(check(
         RESULTS_AGREE,
         agree,
