@@ -30,7 +30,7 @@ use serde::Deserialize;
 
 use crate::UserId;
 use crate::api::Role;
-use crate::config::ConfigError;
+use crate::config::{ConfigError, env_name};
 
 /// The request header holding a caller's credential (and, from the gateway, the user).
 pub const AUTH_HEADER: &str = "x-seckill-auth";
@@ -97,23 +97,23 @@ impl Peer {
         self as usize
     }
 
-    /// `trust.send.<name>` and its environment variable (for error messages).
-    const fn send_key(self) -> (&'static str, &'static str) {
+    /// `trust.send.<name>`: the setting of the key this service signs with towards `self`.
+    const fn send_key(self) -> &'static str {
         match self {
-            Self::Gateway => ("trust.send.gateway", "SECKILL__TRUST__SEND__GATEWAY"),
-            Self::Seckill => ("trust.send.seckill", "SECKILL__TRUST__SEND__SECKILL"),
-            Self::Order => ("trust.send.order", "SECKILL__TRUST__SEND__ORDER"),
-            Self::Stock => ("trust.send.stock", "SECKILL__TRUST__SEND__STOCK"),
+            Self::Gateway => "trust.send.gateway",
+            Self::Seckill => "trust.send.seckill",
+            Self::Order => "trust.send.order",
+            Self::Stock => "trust.send.stock",
         }
     }
 
-    /// `trust.accept.<name>` and its environment variable.
-    const fn accept_key(self) -> (&'static str, &'static str) {
+    /// `trust.accept.<name>`: the setting of the keys this service accepts from `self`.
+    const fn accept_key(self) -> &'static str {
         match self {
-            Self::Gateway => ("trust.accept.gateway", "SECKILL__TRUST__ACCEPT__GATEWAY"),
-            Self::Seckill => ("trust.accept.seckill", "SECKILL__TRUST__ACCEPT__SECKILL"),
-            Self::Order => ("trust.accept.order", "SECKILL__TRUST__ACCEPT__ORDER"),
-            Self::Stock => ("trust.accept.stock", "SECKILL__TRUST__ACCEPT__STOCK"),
+            Self::Gateway => "trust.accept.gateway",
+            Self::Seckill => "trust.accept.seckill",
+            Self::Order => "trust.accept.order",
+            Self::Stock => "trust.accept.stock",
         }
     }
 }
@@ -230,36 +230,31 @@ impl Trust {
             if let Some(name) = names.keys().find(|n| Peer::parse(n).is_none()) {
                 return Err(ConfigError::invalid(
                     "trust",
-                    "SECKILL__TRUST__*",
+                    format!("{}__{}", env_name(section), name.to_uppercase()),
                     format!("{section}.{name}: unknown peer (gateway, seckill, order or stock)"),
                 ));
             }
         }
         if settings.lifetime_secs == 0 {
-            return Err(ConfigError::invalid(
-                "trust.lifetime_secs",
-                "SECKILL__TRUST__LIFETIME_SECS",
-                "must be at least 1",
-            ));
+            return Err(ConfigError::at("trust.lifetime_secs", "must be at least 1"));
         }
         let mut send: [Option<hmac::Key>; 4] = Default::default();
         for &peer in sends_to {
-            let (key, env) = peer.send_key();
             let value = settings.send.get(peer.as_str()).map(String::as_str).unwrap_or_default();
-            send[peer.index()] = Some(link_key(value, key, env)?);
+            send[peer.index()] = Some(link_key(value, peer.send_key())?);
         }
         let mut accept: [Vec<hmac::Key>; 4] = Default::default();
         for &peer in accepts_from {
-            let (key, env) = peer.accept_key();
+            let key = peer.accept_key();
             let list = settings.accept.get(peer.as_str()).map(String::as_str).unwrap_or_default();
             let keys = list
                 .split(',')
                 .map(str::trim)
                 .filter(|k| !k.is_empty())
-                .map(|k| link_key(k, key, env))
+                .map(|k| link_key(k, key))
                 .collect::<Result<Vec<_>, _>>()?;
             if keys.is_empty() {
-                return Err(ConfigError::invalid(key, env, "is required: no key is built in"));
+                return Err(ConfigError::at(key, "is required: no key is built in"));
             }
             accept[peer.index()] = keys;
         }
@@ -393,15 +388,14 @@ impl Trust {
     }
 }
 
-fn link_key(value: &str, key: &'static str, env: &'static str) -> Result<hmac::Key, ConfigError> {
+fn link_key(value: &str, key: &'static str) -> Result<hmac::Key, ConfigError> {
     let value = value.trim();
     if value.is_empty() {
-        return Err(ConfigError::invalid(key, env, "is required: no key is built in"));
+        return Err(ConfigError::at(key, "is required: no key is built in"));
     }
     if value.len() < MIN_KEY_BYTES {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::at(
             key,
-            env,
             format!("is {} bytes long; a key needs at least {MIN_KEY_BYTES}", value.len()),
         ));
     }
