@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use seckill_common::UserId;
 use seckill_common::api::Role;
-use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust, TrustSettings};
+use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, SIGNATURE_HEADER, Trust, TrustSettings};
 
 /// The key of the link `from` -> `to` in this process.
 pub fn link_key(from: Peer, to: Peer) -> String {
@@ -52,4 +52,35 @@ pub fn as_service(from: Peer, to: Peer, method: &str, path: &str) -> (&'static s
 /// The `x-seckill-auth` header the gateway adds to an anonymous request (`GET /api/goods`).
 pub fn as_gateway(to: Peer, method: &str, path: &str) -> (&'static str, String) {
     as_service(Peer::Gateway, to, method, path)
+}
+
+/// Takes every message waiting in `queue`, asserting each is signed by `from` for `to`, and
+/// decodes it as `T`.
+pub async fn take_signed<T: serde::de::DeserializeOwned>(queue: &str, from: Peer, to: Peer) -> Vec<T> {
+    use lapin::options::{BasicGetOptions, QueueDeclareOptions};
+    use lapin::types::AMQPValue;
+    let conn = lapin::Connection::connect(&crate::amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .expect("the broker answers");
+    let channel = conn.create_channel().await.expect("a channel");
+    // The service declares the queue at start; passive: only look.
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    channel.queue_declare(queue.into(), passive, Default::default()).await.expect("the queue exists");
+    let receiver = trust(to);
+    let mut taken = Vec::new();
+    while let Some(m) =
+        channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("a get")
+    {
+        let d = m.delivery;
+        let signature = d.properties.headers().as_ref().and_then(|h| match h.inner().get(SIGNATURE_HEADER) {
+            Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        });
+        receiver
+            .verify_message(from, signature.as_deref(), &d.data)
+            .unwrap_or_else(|e| panic!("a message in {queue} not signed by {from}: {e:?}"));
+        taken.push(seckill_common::amqp::decode(&d.data).expect("a message of this version"));
+    }
+    let _ = conn.close(200, "taken".into()).await;
+    taken
 }

@@ -2,7 +2,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use diesel_async::RunQueryDsl;
-use lapin::options::{BasicGetOptions, QueueDeclareOptions};
+use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use redis::AsyncCommands;
 use reqwest::Method;
@@ -349,25 +349,4 @@ async fn wait_for_consumer(queue: &str) {
     let _ = conn.close(200, "consumer found".into()).await;
 }
 
-/// Takes every message waiting in `queue`, asserting each is signed by `from` for `to`.
-pub async fn take_signed<T: serde::de::DeserializeOwned>(queue: &str, from: Peer, to: Peer) -> Vec<T> {
-    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
-    let channel = conn.create_channel().await.unwrap();
-    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    channel.queue_declare(queue.into(), passive, Default::default()).await.unwrap();
-    let receiver = keys::trust(to);
-    let mut taken = Vec::new();
-    while let Some(m) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.unwrap() {
-        let d = m.delivery;
-        let signature = d.properties.headers().as_ref().and_then(|h| match h.inner().get(SIGNATURE_HEADER) {
-            Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
-            _ => None,
-        });
-        receiver
-            .verify_message(from, signature.as_deref(), &d.data)
-            .unwrap_or_else(|e| panic!("a message in {queue} not signed by {from}: {e:?}"));
-        taken.push(seckill_common::amqp::decode(&d.data).unwrap());
-    }
-    let _ = conn.close(200, "taken".into()).await;
-    taken
-}
+pub use seckill_testkit::keys::take_signed;

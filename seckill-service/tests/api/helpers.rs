@@ -6,15 +6,13 @@ use std::time::{Duration, Instant};
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use chrono::Utc;
-use lapin::options::{BasicGetOptions, QueueDeclareOptions};
-use lapin::types::AMQPValue;
 use redis::AsyncCommands;
 use reqwest::Method;
 use seckill_common::amqp::{AmqpNames, OrderRequest};
 use seckill_common::api::{ActiveOrder, Goods, Role};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings};
 use seckill_common::keys::RedisKeys;
-use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, SIGNATURE_HEADER};
+use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts};
 use seckill_common::{GoodsId, UserId, headers};
 use seckill_service::Settings;
 use seckill_service::configuration::SeckillSettings;
@@ -211,29 +209,7 @@ impl TestApp {
     }
 }
 
-/// Takes every message waiting in `queue`, asserting each is signed by `from` for `to`.
-pub async fn take_signed<T: serde::de::DeserializeOwned>(queue: &str, from: Peer, to: Peer) -> Vec<T> {
-    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
-    let channel = conn.create_channel().await.unwrap();
-    // The service declares the queue at start; passive: only look.
-    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    channel.queue_declare(queue.into(), passive, Default::default()).await.unwrap();
-    let receiver = keys::trust(to);
-    let mut taken = Vec::new();
-    while let Some(m) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.unwrap() {
-        let d = m.delivery;
-        let signature = d.properties.headers().as_ref().and_then(|h| match h.inner().get(SIGNATURE_HEADER) {
-            Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
-            _ => None,
-        });
-        receiver
-            .verify_message(from, signature.as_deref(), &d.data)
-            .unwrap_or_else(|e| panic!("a message in {queue} not signed by {from}: {e:?}"));
-        taken.push(seckill_common::amqp::decode(&d.data).unwrap());
-    }
-    let _ = conn.close(200, "taken".into()).await;
-    taken
-}
+pub use seckill_testkit::keys::take_signed;
 
 /// A stand-in for order-service's internal API (`/internal/orders/active`, `/count`): answers
 /// from the active orders a test gives it, and only to seckill-service's credential.
