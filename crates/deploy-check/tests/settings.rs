@@ -10,34 +10,18 @@
 //! values of the right shape (a URL with a password, or a 48-byte key).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use seckill_common::config::{self, AmqpSettings, ConfigError, ConfigFile, RedisSettings};
 use seckill_common::trust::{Peer, Trust, TrustSettings};
+use seckill_deploy_check::{SERVICES, read, root, scalar};
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
 type Env = HashMap<String, String>;
 
-/// The four services: binary (Deployment, compose service, ConfigMap file) and link name.
-const SERVICES: [(&str, Peer); 4] = [
-    ("gateway", Peer::Gateway),
-    ("seckill-service", Peer::Seckill),
-    ("order-service", Peer::Order),
-    ("stock-service", Peer::Stock),
-];
-
 /// Stands in for every key and password: 48 bytes, longer than any minimum.
 const DUMMY_SECRET: &str = "Dummy0Secret0For0Deployment0Checks0Only0xxxxxxxx";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
 
 /// Loads `env` as `service` does at start (no config file in the image) and validates it.
 fn check(service: &str, env: &Env) -> Result<(), ConfigError> {
@@ -103,8 +87,8 @@ fn given(store: Store, given: bool) -> Result<(), ConfigError> {
 }
 
 /// The keys of `peer`'s own links and no other: a key of someone else's link is a secret
-/// spread further than it needs to be. (scripts/check-deploy.sh counts on it: it takes the keys
-/// compose gives as the links.) Missing ones are `Trust::for_service`'s to refuse.
+/// spread further than it needs to be. (tests/credentials.rs checks which Secret key or
+/// deploy/.env variable each one is.) Missing ones are `Trust::for_service`'s to refuse.
 fn own_links_only(peer: Peer, trust: &TrustSettings) -> Result<(), ConfigError> {
     let tables = [("send", &trust.send, peer.sends_to()), ("accept", &trust.accept, peer.accepts_from())];
     for (kind, given, links) in tables {
@@ -309,16 +293,6 @@ fn deployment_envs(overlay: &str, rendered: &str) -> Vec<(String, &'static str, 
     all.sort_unstable();
     assert_eq!(names, all, "overlay {overlay}: one Deployment per service");
     found
-}
-
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Null => String::new(),
-        other => panic!("not a scalar: {other:?}"),
-    }
 }
 
 #[test]
