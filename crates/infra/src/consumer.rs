@@ -160,12 +160,8 @@ impl Inbox {
     pub async fn refuse_strangers(&mut self, trust: &Trust, from: Peer) -> lapin::Result<()> {
         let mut kept = Vec::with_capacity(self.deliveries.len());
         for d in std::mem::take(&mut self.deliveries) {
-            let signature =
-                d.properties.headers().as_ref().and_then(|h| match h.inner().get(SIGNATURE_HEADER) {
-                    Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
-                    _ => None,
-                });
-            match trust.verify_message(from, signature.as_deref(), &d.data) {
+            let verdict = trust.verify_message(from, signature_of(&d), &d.data);
+            match verdict {
                 Ok(()) => kept.push(d),
                 Err(why) => {
                     metrics::counter!("amqp_messages_refused_total", "queue" => self.queue.clone(), "reason" => why.label())
@@ -248,6 +244,14 @@ impl Inbox {
             }
         }
         Ok(())
+    }
+}
+
+/// A delivery's [`SIGNATURE_HEADER`], borrowed: checked on every message, so not copied.
+fn signature_of(d: &Delivery) -> Option<&[u8]> {
+    match d.properties.headers().as_ref()?.inner().get(SIGNATURE_HEADER)? {
+        AMQPValue::LongString(s) => Some(s.as_bytes()),
+        _ => None,
     }
 }
 
