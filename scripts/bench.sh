@@ -219,7 +219,7 @@ export SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX SECKILL__AMQP__PREFIX=$AMQP_PREF
 # The load tool mints every buyer's token and reads the goods from one address: the gateways'
 # per-address limit on the anonymous routes (50/s by default) would be all it measured. Only
 # the gateways take this section (up.sh and foreign_env drop it for the others).
-export SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC=1000000 SECKILL__RATE_LIMIT__ANONYMOUS_BURST=1000000
+export SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC=1000000 SECKILL__RATE_LIMIT__ANONYMOUS__BURST=1000000
 
 UP_START=$SECONDS
 SYSTEM_UP=1 # from here on the trap stops what was started (ensure_servers may start servers)
@@ -264,8 +264,9 @@ nohup "$BENCH" upstream --port "$UPSTREAM_PORT" </dev/null >"$BDIR/upstream.log"
 echo $! >"$BDIR/upstream.pid"
 wait_http "http://127.0.0.1:$UPSTREAM_PORT/" "$(cat "$BDIR/upstream.pid")" "the trivial upstream"
 mapfile -t UNSET < <(foreign_env "http log auth dev_token upstreams rate_limit admin")
+# A plain hop: its limits stay in its own memory (no Redis call per request).
 nohup env -u SECKILL_CONFIG "${UNSET[@]}" "SECKILL__HTTP__PORT=$HOP_PORT" "SECKILL__ADMIN__PORT=$HOP_ADMIN_PORT" \
-    "SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:$UPSTREAM_PORT" \
+    "SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:$UPSTREAM_PORT" SECKILL__RATE_LIMIT__SHARED=false \
     "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-hop.log" 2>&1 &
 echo $! >"$BDIR/gateway-hop.pid"
 wait_http "http://127.0.0.1:$HOP_PORT/healthz" "$(cat "$BDIR/gateway-hop.pid")" "the hop gateway"

@@ -30,7 +30,7 @@ declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=
 # (Each binary's Settings struct; crates/deploy-check's tests read every deployment file
 # through them.)
 declare -A SECTIONS=(
-    [gateway]="http log auth dev_token upstreams rate_limit admin trust"
+    [gateway]="http log auth dev_token upstreams rate_limit redis admin trust"
     [seckill-service]="http log redis amqp upstreams seckill trust"
     [order-service]="http log database redis amqp upstreams order trust"
     [stock-service]="http log database amqp stock trust"
@@ -176,7 +176,8 @@ start_service seckill-service "${PORT[seckill-service]}" \
 start_service order-service "${PORT[order-service]}" \
     "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
-start_service gateway "${PORT[gateway]}"
+# The gateway keeps its users' rate-limit buckets in Redis, shared with every gateway replica.
+start_service gateway "${PORT[gateway]}" "SECKILL__REDIS__URL=$SECKILL_REDIS_URL"
 
 # ---------------------------------------------------------------------------------------------
 # A demo sale: 100 units, on sale from now for two hours.

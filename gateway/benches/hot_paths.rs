@@ -11,7 +11,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use gateway::auth::Authenticator;
 use gateway::configuration::Quota;
 use gateway::headers;
-use gateway::rate_limit::UserRateLimiter;
+use gateway::rate_limit::{KeyedRateLimiter, Who};
 use reqwest::header::{HeaderMap, HeaderValue};
 use seckill_common::UserId;
 use seckill_common::api::Role;
@@ -26,7 +26,7 @@ fn jwt(c: &mut Criterion) {
 
 fn rate_limit(c: &mut Criterion) {
     let quota = Quota { per_sec: NonZeroU32::new(20).unwrap(), burst: NonZeroU32::new(40).unwrap() };
-    let limiter = UserRateLimiter::new(quota);
+    let limiter = KeyedRateLimiter::new(quota);
     // A spike: every call another user, so each is a fresh entry in the keyed store until the
     // ids wrap; the store then holds 100,000 users, like the gateway during a big sale.
     let mut next = 0_i64;
@@ -35,7 +35,7 @@ fn rate_limit(c: &mut Criterion) {
             next = next % 100_000 + 1;
             // Users come back every 100,000 calls, many times a second here, so some calls
             // are refused: both answers cost the same lookup and update.
-            black_box(limiter.check(UserId::new(next).unwrap()).is_ok())
+            black_box(limiter.take(&Who::user(UserId::new(next).unwrap())).is_ok())
         })
     });
 }

@@ -6,12 +6,13 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use seckill_common::config::{
-    AuthSettings, ConfigError, HttpSettings, LogSettings, UpstreamSettings, split_urls,
+    AuthSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings, split_urls,
 };
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
 use crate::auth::MAX_LEEWAY_SECS;
+use crate::rate_limit::Class;
 
 pub const SERVICE: &str = "gateway";
 /// The gateway's standard port (`http.port` overrides it; 0 asks the OS, as tests do).
@@ -27,6 +28,8 @@ pub struct Settings {
     pub dev_token: DevTokenSettings,
     pub upstreams: UpstreamSettings,
     pub rate_limit: RateLimitSettings,
+    /// Where the shared rate-limit buckets live (`rate_limit.shared`).
+    pub redis: RedisSettings,
     pub admin: AdminSettings,
     /// The keys the gateway signs the forwarded identity with, one per service.
     pub trust: TrustSettings,
@@ -47,22 +50,31 @@ impl Default for DevTokenSettings {
     }
 }
 
-/// `rate_limit.*`: per-user limit on every route that takes a token (the `/api/seckill/...`
-/// ones are those a buyer hammers during a sale), and per-address limit on the routes anyone
-/// may call without a token.
+/// `rate_limit.*`: a limit per class of routes (see `rate_limit::Class`), per user on the
+/// routes that take a token and per client address on those that do not, kept in Redis so it
+/// holds across gateway replicas (`shared`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitSettings {
-    /// Sustained requests per second one user may make.
-    pub per_user_per_sec: u32,
-    /// Requests one user may make at once before the sustained rate applies.
-    pub burst: u32,
-    /// Sustained requests per second one client address may make to the anonymous routes
-    /// (`GET /api/goods[/{id}]`, `POST /api/auth/dev-token`). Generous: clients behind one NAT
-    /// share it.
-    pub anonymous_per_sec: u32,
-    /// Anonymous requests one address may make at once before the sustained rate applies.
-    pub anonymous_burst: u32,
+    /// Getting a path token and placing a buy: what a buyer's script hammers during a sale.
+    pub buy: LimitSettings,
+    /// Polling a buy's result: a page polls with back-off, so more than buying.
+    pub poll: LimitSettings,
+    /// Listing, reading, paying and cancelling orders.
+    pub orders: LimitSettings,
+    /// The admin routes (creating a sale, its audit and repair).
+    pub admin: LimitSettings,
+    /// Per client address on the routes without a token (`GET /api/goods[/{id}]`,
+    /// `POST /api/auth/dev-token`). Generous: clients behind one NAT share it.
+    pub anonymous: LimitSettings,
+    /// Keep the buckets in Redis (`redis.*`), shared by every gateway replica. Off: each
+    /// replica limits alone, so N replicas let a client through N times the limit.
+    pub shared: bool,
+    /// Tokens a replica takes from a shared bucket at once and spends locally (1: a Redis call
+    /// for every request that passes the replica's own bucket).
+    pub lease: u32,
+    /// How long a shared-bucket call may take before the replica decides alone.
+    pub shared_timeout_ms: u64,
     /// Proxies in front of the gateway that append the address they received a request from
     /// to `X-Forwarded-For` (an Ingress controller: 1). 0 keys the anonymous limit by the
     /// connection's peer; N by the N-th address from the right of that header, the one the
@@ -72,18 +84,75 @@ pub struct RateLimitSettings {
     pub cleanup_interval_secs: u64,
 }
 
+/// `rate_limit.<class>.*`; an unset value takes the class's default (`Class::default_quota`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Sustained requests per second.
+    pub per_sec: Option<u32>,
+    /// Requests at once before the sustained rate applies.
+    pub burst: Option<u32>,
+}
+
 impl Default for RateLimitSettings {
     fn default() -> Self {
         Self {
-            per_user_per_sec: 20,
-            burst: 40,
-            anonymous_per_sec: 50,
-            anonymous_burst: 100,
+            buy: LimitSettings::default(),
+            poll: LimitSettings::default(),
+            orders: LimitSettings::default(),
+            admin: LimitSettings::default(),
+            anonymous: LimitSettings::default(),
+            shared: true,
+            lease: 1,
+            shared_timeout_ms: 100,
             trusted_proxy_hops: 0,
             cleanup_interval_secs: 60,
         }
     }
 }
+
+impl RateLimitSettings {
+    fn class(&self, class: Class) -> LimitSettings {
+        match class {
+            Class::Buy => self.buy,
+            Class::Poll => self.poll,
+            Class::Orders => self.orders,
+            Class::Admin => self.admin,
+            Class::Anonymous => self.anonymous,
+        }
+    }
+}
+
+/// Defaults a shop can ship: a buyer clicks a few times a second at most, a page polls about
+/// twice a second, an order page makes a handful of calls; a browser loading the goods list
+/// and a few sales stays far below the anonymous limit.
+impl Class {
+    pub fn default_quota(self) -> (u32, u32) {
+        match self {
+            Class::Buy => (5, 10),
+            Class::Poll => (10, 20),
+            Class::Orders => (10, 20),
+            Class::Admin => (20, 40),
+            Class::Anonymous => (50, 100),
+        }
+    }
+
+    /// The class's setting keys: `rate_limit.<class>.per_sec` and `.burst`.
+    fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Class::Buy => ("rate_limit.buy.per_sec", "rate_limit.buy.burst"),
+            Class::Poll => ("rate_limit.poll.per_sec", "rate_limit.poll.burst"),
+            Class::Orders => ("rate_limit.orders.per_sec", "rate_limit.orders.burst"),
+            Class::Admin => ("rate_limit.admin.per_sec", "rate_limit.admin.burst"),
+            Class::Anonymous => ("rate_limit.anonymous.per_sec", "rate_limit.anonymous.burst"),
+        }
+    }
+}
+
+/// Highest `per_sec` accepted: the shared bucket counts in whole microseconds.
+pub const MAX_PER_SEC: u32 = 1_000_000;
+/// Highest `rate_limit.lease`: a lease is tokens a user may not get on another replica.
+pub const MAX_LEASE: u32 = 16;
 
 /// `admin.*`: the listener for `GET /metrics` and the detailed `GET /readyz`, which the public
 /// port does not serve. Keep it off the public network (no Ingress, no public Service).
@@ -148,8 +217,13 @@ impl Settings {
         validate_urls("upstreams.stock", &upstreams.stock)?;
         ConfigError::check_positive("upstreams.connect_timeout_ms", upstreams.connect_timeout_ms)?;
         ConfigError::check_positive("upstreams.timeout_ms", upstreams.timeout_ms)?;
-        self.quota()?;
-        self.anonymous_quota()?;
+        for class in Class::ALL {
+            self.quota(class)?;
+        }
+        if !(1..=MAX_LEASE).contains(&self.rate_limit.lease) {
+            return Err(ConfigError::at("rate_limit.lease", format!("must be 1 to {MAX_LEASE}")));
+        }
+        ConfigError::check_positive("rate_limit.shared_timeout_ms", self.rate_limit.shared_timeout_ms)?;
         if self.admin.host.as_deref().is_some_and(|h| h.trim().is_empty()) {
             return Err(ConfigError::at("admin.host", "is empty; unset it to use http.host"));
         }
@@ -177,17 +251,17 @@ impl Settings {
         }
     }
 
-    /// The rate limit as non-zero numbers.
-    pub fn quota(&self) -> Result<Quota, ConfigError> {
-        let per_sec = non_zero("rate_limit.per_user_per_sec", self.rate_limit.per_user_per_sec)?;
-        let burst = non_zero("rate_limit.burst", self.rate_limit.burst)?;
-        Ok(Quota { per_sec, burst })
-    }
-
-    /// The anonymous routes' per-address limit as non-zero numbers.
-    pub fn anonymous_quota(&self) -> Result<Quota, ConfigError> {
-        let per_sec = non_zero("rate_limit.anonymous_per_sec", self.rate_limit.anonymous_per_sec)?;
-        let burst = non_zero("rate_limit.anonymous_burst", self.rate_limit.anonymous_burst)?;
+    /// A class's limit, its defaults filled in, as non-zero numbers.
+    pub fn quota(&self, class: Class) -> Result<Quota, ConfigError> {
+        let set = self.rate_limit.class(class);
+        let (per_sec, burst) = class.default_quota();
+        let (per_sec_key, burst_key) = class.keys();
+        let per_sec = set.per_sec.unwrap_or(per_sec);
+        if per_sec > MAX_PER_SEC {
+            return Err(ConfigError::at(per_sec_key, format!("must be at most {MAX_PER_SEC}")));
+        }
+        let per_sec = non_zero(per_sec_key, per_sec)?;
+        let burst = non_zero(burst_key, set.burst.unwrap_or(burst))?;
         Ok(Quota { per_sec, burst })
     }
 
@@ -243,8 +317,9 @@ mod tests {
     #[test]
     fn defaults_with_a_secret_are_valid() {
         valid().validate().unwrap();
-        assert_eq!(valid().rate_limit.per_user_per_sec, 20);
-        assert_eq!(valid().rate_limit.burst, 40);
+        let buy = valid().quota(Class::Buy).unwrap();
+        assert_eq!((buy.per_sec.get(), buy.burst.get()), (5, 10));
+        assert!(valid().rate_limit.shared, "the limits hold across replicas by default");
         assert_eq!(valid().dev_token.ttl_secs, 86_400);
         assert!(!valid().auth.dev_tokens, "dev tokens are off by default");
     }
@@ -305,17 +380,38 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_rate_names_the_key() {
+    fn a_zero_or_huge_rate_names_the_key() {
         let mut s = valid();
-        s.rate_limit.burst = 0;
-        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.burst"));
+        s.rate_limit.buy.burst = Some(0);
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.buy.burst"));
         let mut s = valid();
-        s.rate_limit.anonymous_per_sec = 0;
-        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC"));
+        s.rate_limit.anonymous.per_sec = Some(0);
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC"));
         let mut s = valid();
-        s.rate_limit.anonymous_burst = 0;
-        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.anonymous_burst"));
-        assert_eq!((valid().rate_limit.anonymous_per_sec, valid().rate_limit.anonymous_burst), (50, 100));
+        s.rate_limit.poll.per_sec = Some(MAX_PER_SEC + 1);
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.poll.per_sec"));
+        let mut s = valid();
+        s.rate_limit.lease = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.lease"));
+        s.rate_limit.lease = MAX_LEASE + 1;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__RATE_LIMIT__LEASE"));
+        let mut s = valid();
+        s.rate_limit.shared_timeout_ms = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("rate_limit.shared_timeout_ms"));
+    }
+
+    #[test]
+    fn a_class_set_in_part_keeps_its_own_defaults() {
+        let s: Settings =
+            serde_json::from_str(r#"{"rate_limit": {"buy": {"per_sec": 2}, "anonymous": {"burst": 7}}}"#)
+                .unwrap();
+        let (buy, anonymous) = (s.quota(Class::Buy).unwrap(), s.quota(Class::Anonymous).unwrap());
+        assert_eq!((buy.per_sec.get(), buy.burst.get()), (2, 10));
+        assert_eq!((anonymous.per_sec.get(), anonymous.burst.get()), (50, 7));
+        for class in Class::ALL {
+            let (per_sec, burst) = class.default_quota();
+            assert!(burst >= per_sec, "{}: a burst smaller than a second's rate", class.name());
+        }
     }
 
     #[test]
@@ -348,6 +444,8 @@ mod tests {
     #[test]
     fn unknown_keys_are_refused() {
         let err = serde_json::from_str::<Settings>(r#"{"rate_limit": {"per_user": 3}}"#);
+        assert!(err.is_err());
+        let err = serde_json::from_str::<Settings>(r#"{"rate_limit": {"buy": {"rate": 3}}}"#);
         assert!(err.is_err());
         let s: Settings = serde_json::from_str(r#"{"dev_token": {"ttl_secs": 5}}"#).unwrap();
         assert_eq!(s.dev_token.ttl_secs, 5);

@@ -15,6 +15,7 @@ use seckill_web::{ApiError, health};
 use serde_json::json;
 
 use crate::proxy::Service;
+use crate::rate_limit::{Class, Who};
 use crate::state::Gateway;
 
 /// Registers the gateway's routes; the dev-token route only exists when `dev_tokens` is on,
@@ -23,9 +24,9 @@ use crate::state::Gateway;
 /// is a regex match (perf shows them).
 pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_tokens: bool) {
     cfg.app_data(gateway);
-    cfg.service(resource("/api/seckill/{goods_id}/orders").route(web::post().to(user_seckill)))
-        .service(resource("/api/seckill/{goods_id}/token").route(web::post().to(user_seckill)))
-        .service(resource("/api/seckill/{goods_id}/result").route(web::get().to(user_seckill)));
+    cfg.service(resource("/api/seckill/{goods_id}/orders").route(web::post().to(buy)))
+        .service(resource("/api/seckill/{goods_id}/token").route(web::post().to(buy)))
+        .service(resource("/api/seckill/{goods_id}/result").route(web::get().to(poll)));
     if dev_tokens {
         cfg.service(anonymous("/api/auth/dev-token", web::post().to(dev_token)));
     }
@@ -60,14 +61,14 @@ async fn anonymous_limit(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, Error> {
-    let checked = req
-        .app_data::<web::Data<Gateway>>()
-        .map(|g| g.anonymous.check_address(client_ip(req.request(), g.proxy_hops)));
-    match checked {
-        Some(Err(limited)) => Ok(req.into_response(limited.error_response()).map_into_right_body()),
-        // `configure` registers the gateway's data with its routes: never without it.
-        _ => next.call(req).await.map(ServiceResponse::map_into_left_body),
+    // `configure` registers the gateway's data with its routes: never without it.
+    if let Some(gateway) = req.app_data::<web::Data<Gateway>>().cloned() {
+        let who = Who::address(client_ip(req.request(), gateway.proxy_hops));
+        if let Err(limited) = gateway.limits.take(Class::Anonymous, who).await {
+            return Ok(req.into_response(limited.error_response()).map_into_right_body());
+        }
     }
+    next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
 /// The client's address: the connection's other end, or, behind `hops` trusted proxies, the
@@ -137,13 +138,22 @@ async fn public_stock(
     gateway.pass(Service::Stock, &req, payload, None).await
 }
 
-/// `/api/seckill/...`: a token and the per-user rate limit.
-async fn user_seckill(
+/// `POST /api/seckill/{id}/token|orders`: a token and the user's buy limit.
+async fn buy(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    gateway.pass_as_user(Service::Seckill, false, &req, payload).await
+    gateway.pass_as_user(Service::Seckill, Class::Buy, &req, payload).await
+}
+
+/// `GET /api/seckill/{id}/result`: a token and the user's polling limit.
+async fn poll(
+    req: HttpRequest,
+    payload: web::Payload,
+    gateway: web::Data<Gateway>,
+) -> Result<HttpResponse, ApiError> {
+    gateway.pass_as_user(Service::Seckill, Class::Poll, &req, payload).await
 }
 
 /// `/api/admin/goods...` (a sale's creation, audit and repair): an admin token.
@@ -152,17 +162,16 @@ async fn admin_seckill(
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    gateway.pass_as_user(Service::Seckill, true, &req, payload).await
+    gateway.pass_as_user(Service::Seckill, Class::Admin, &req, payload).await
 }
 
-/// `/api/orders...`: a token and the per-user rate limit (the same bucket as the flash-sale
-/// routes: a user's whole rate).
+/// `/api/orders...`: a token and the user's orders limit.
 async fn user_order(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    gateway.pass_as_user(Service::Order, false, &req, payload).await
+    gateway.pass_as_user(Service::Order, Class::Orders, &req, payload).await
 }
 
 #[cfg(test)]

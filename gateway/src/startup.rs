@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use actix_web::web;
 use anyhow::Context;
+use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
 use seckill_web::{Application, Door, Lifecycle, Service};
 
 use crate::auth::Authenticator;
 use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
-use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
+use crate::rate_limit::Limits;
+use crate::rate_limit::shared::SharedLimits;
 use crate::routes;
 use crate::state::{Gateway, LastReadiness};
 
@@ -39,13 +41,11 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         .with_rules(&settings.auth);
     let trust = Arc::new(Trust::for_service(Peer::Gateway, &settings.trust)?);
     let proxy = Proxy::new(&settings.upstreams, trust)?;
-    let limiter = Arc::new(UserRateLimiter::new(settings.quota()?));
-    let anonymous = Arc::new(AddressRateLimiter::new(settings.anonymous_quota()?));
+    let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings)?)?);
     let gateway = web::Data::new(Gateway {
         auth,
         proxy,
-        limiter: limiter.clone(),
-        anonymous: anonymous.clone(),
+        limits: limits.clone(),
         proxy_hops: settings.rate_limit.trusted_proxy_hops,
         body_limit: settings.http.body_limit_bytes,
         last_readiness: LastReadiness::default(),
@@ -63,8 +63,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         .with_context(|| format!("cannot bind the admin listener (admin.port {})", settings.admin_port()))?;
 
     let lifecycle = Lifecycle::new();
-    limiter.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
-    anonymous.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
+    limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     if dev_tokens {
         tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
@@ -76,4 +75,21 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         "gateway upstreams and admin listener"
     );
     Ok((Application::new(port, server, lifecycle).with_extra_server(admin), admin_port))
+}
+
+/// The shared buckets, when `rate_limit.shared`. Nothing is connected yet: the first request
+/// connects, and a Redis that does not answer leaves each replica limiting alone (logged),
+/// so the gateway starts and serves without it.
+fn shared_limits(settings: &Settings) -> anyhow::Result<Option<SharedLimits>> {
+    if !settings.rate_limit.shared {
+        tracing::warn!("rate_limit.shared is off: each gateway replica limits alone");
+        return Ok(None);
+    }
+    let redis = seckill_infra::redis::connect(&settings.redis).context("rate_limit.shared: redis.url")?;
+    Ok(Some(SharedLimits::new(
+        redis,
+        RedisKeys::new(settings.redis.key_prefix.clone()),
+        settings.rate_limit.lease,
+        Duration::from_millis(settings.rate_limit.shared_timeout_ms),
+    )))
 }

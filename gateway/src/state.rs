@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 use crate::auth::Authenticator;
 use crate::body;
 use crate::proxy::{Proxy, Service};
-use crate::rate_limit::{AddressRateLimiter, UserRateLimiter};
+use crate::rate_limit::{Class, Limits, Who};
 
 /// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
 /// public `/readyz` makes at most one round a second, not one per call.
@@ -21,9 +21,8 @@ const READINESS_REUSE: Duration = Duration::from_secs(1);
 pub struct Gateway {
     pub auth: Authenticator,
     pub proxy: Proxy,
-    pub limiter: Arc<UserRateLimiter>,
-    /// Per client address, on the routes that take no token.
-    pub anonymous: Arc<AddressRateLimiter>,
+    /// Every class of routes' rate limit.
+    pub limits: Arc<Limits>,
     /// `rate_limit.trusted_proxy_hops`.
     pub proxy_hops: u8,
     /// `http.body_limit_bytes`.
@@ -55,21 +54,21 @@ impl Gateway {
         checks
     }
 
-    /// A route that takes a token: checks it (and, with `admin`, the role: the service checks
-    /// again, refusing here spares it the request), takes one request from the user's bucket,
-    /// and forwards the request as that user.
+    /// A route that takes a token: checks it (and, for the admin class, the role: the service
+    /// checks again, refusing here spares it the request), takes one request from the user's
+    /// bucket of `class`, and forwards the request as that user.
     pub(crate) async fn pass_as_user(
         &self,
         service: Service,
-        admin: bool,
+        class: Class,
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<HttpResponse, ApiError> {
         let caller = self.auth.authenticate(req)?;
-        if admin {
+        if class == Class::Admin {
             caller.require_admin()?;
         }
-        self.limiter.check(caller.id)?;
+        self.limits.take(class, Who::user(caller.id)).await?;
         self.pass(service, req, payload, Some(caller)).await
     }
 

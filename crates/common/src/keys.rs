@@ -20,6 +20,12 @@ impl RedisKeys {
         &self.prefix
     }
 
+    /// The gateway's shared rate-limit bucket of one class of routes for one user id or client
+    /// address (`scripts::RATE_LIMIT`). One key a bucket, so on a cluster the buckets spread.
+    pub fn rate_limit(&self, class: &str, who: &str) -> String {
+        format!("{}seckill:rl:{class}:{who}", self.prefix)
+    }
+
     /// Units left to reserve (an integer).
     pub fn stock(&self, g: GoodsId) -> String {
         format!("{}seckill:{{{g}}}:stock", self.prefix)

@@ -207,8 +207,8 @@ fn a_misspelt_foreign_or_missing_variable_is_refused() {
     for (var, value, named) in [
         ("SECKILL__RATE_LIMIT__PER_USER", "3", "`per_user`"),
         ("SECKILL__UPSTREAMS__TIMEOUT", "5", "`timeout`"),
-        ("SECKILL__REDIS__URL", "redis://redis:6379", "`redis`"),
-        ("SECKILL__RATE_LIMIT__BURST", "0", "rate_limit.burst"),
+        ("SECKILL__DATABASE__URL", "postgres://db:5432/x", "`database`"),
+        ("SECKILL__RATE_LIMIT__BUY__BURST", "0", "rate_limit.buy.burst"),
         ("SECKILL__LOG__FORMAT", "yaml", "yaml"),
         ("SECKILL__TRUST__ACCEPT__ORDER", DUMMY_SECRET, "trust.accept.order"),
     ] {

@@ -9,7 +9,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use seckill_common::ErrorBody;
 use seckill_common::config::HttpSettings;
 use seckill_common::trust::Peer;
-use seckill_testkit::{RunningService, keys};
+use seckill_testkit::{RunningService, TestNames, keys, redis_url};
 use seckill_web::{Application, Door, Lifecycle};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -130,6 +130,7 @@ pub fn settings(seckill: &str, order: &str, stock: &str) -> Settings {
     s.upstreams.connect_timeout_ms = 500;
     s.upstreams.timeout_ms = 3_000;
     s.trust = keys::trust_settings(Peer::Gateway);
+    s.redis.url = redis_url();
     s
 }
 
@@ -141,11 +142,18 @@ pub struct TestApp {
     // Dropped after the gateway (fields drop in order): the gateway stops first.
     _gateway: RunningService,
     _upstreams: Vec<RunningService>,
+    /// The shared rate-limit buckets' key prefix, removed at the end.
+    _names: TestNames,
 }
 
 impl TestApp {
-    /// The gateway with `settings`, keeping `upstreams` alive as long as it runs.
-    pub fn start(settings: Settings, upstreams: Vec<RunningService>) -> Self {
+    /// The gateway with `settings`, keeping `upstreams` alive as long as it runs. Settings
+    /// without a Redis key prefix get one of this test's own.
+    pub fn start(mut settings: Settings, upstreams: Vec<RunningService>) -> Self {
+        let names = TestNames::new();
+        if settings.redis.key_prefix.is_empty() {
+            settings.redis.key_prefix = names.redis_prefix.clone();
+        }
         let (admin_port_tx, admin_port) = std::sync::mpsc::channel();
         let gateway = RunningService::start(move || async move {
             let (app, admin_port) = gateway::startup::build_with_admin_port(settings).await?;
@@ -154,7 +162,14 @@ impl TestApp {
         });
         let admin = format!("http://127.0.0.1:{}", admin_port.recv().expect("the admin port"));
         let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
-        Self { address: gateway.url(), admin, client, _gateway: gateway, _upstreams: upstreams }
+        Self {
+            address: gateway.url(),
+            admin,
+            client,
+            _gateway: gateway,
+            _upstreams: upstreams,
+            _names: names,
+        }
     }
 
     /// A GET on the admin listener.

@@ -7,3 +7,4 @@ mod helpers;
 mod identity;
 mod limits;
 mod routes;
+mod shared_limits;

@@ -128,8 +128,10 @@ impl Fleet {
                 set("SECKILL__ADMIN__PORT", self.admin_port().to_string());
                 // Every buyer mints its token from this one address: the per-address limit of
                 // the anonymous routes would refuse most of them.
-                set("SECKILL__RATE_LIMIT__ANONYMOUS_PER_SEC", "1000000".into());
-                set("SECKILL__RATE_LIMIT__ANONYMOUS_BURST", "1000000".into());
+                set("SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC", "1000000".into());
+                set("SECKILL__RATE_LIMIT__ANONYMOUS__BURST", "1000000".into());
+                // The shared rate-limit buckets, on the private Redis the faults flush and stop.
+                set("SECKILL__REDIS__URL", b.redis_url.clone());
             }
             Svc::Seckill => {
                 set("SECKILL__REDIS__URL", b.redis_url.clone());
