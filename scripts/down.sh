@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # scripts/down.sh: stop exactly what up.sh (and lib.sh's ensure_servers) started, nothing else.
 #
-#   1. the four services, gateway first, by the pids in run/<name>.pid, and what an interrupted
+#   1. the four services, gateway first, by the pids in run/<name>.pid and, for the replicas
+#      of SECKILL_REPLICAS (see up.sh), run/<name>-<k>.pid, and what an interrupted
 #      scripts/bench.sh left running (its second gateway and trivial upstream, run/bench/*.pid):
-#      SIGTERM (and SIGCONT, for an order-service bench.sh had paused), up to
-#      SECKILL_STOP_TIMEOUT (default 30) seconds for a graceful exit, then SIGKILL;
+#      SIGTERM (and SIGCONT, for an order-service bench.sh had paused) to every replica of a
+#      service at once, up to SECKILL_STOP_TIMEOUT (default 30) seconds for a graceful exit,
+#      then SIGKILL;
 #   2. the servers recorded in run/servers.started (PostgreSQL via pg_ctlcluster stop, Redis via
 #      redis-cli shutdown nosave, RabbitMQ via rabbitmqctl stop); servers that were already
 #      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step and the next
@@ -23,39 +25,69 @@ STOP_TIMEOUT=${SECKILL_STOP_TIMEOUT:-30}
 stopped=0
 rc=0
 
-stop_service() { # stop_service NAME [PIDFILE]
-    local name=$1 pidfile=${2:-run/$1.pid} pid deadline
-    [[ -f $pidfile ]] || return 0
-    pid=$(cat "$pidfile" 2>/dev/null || true)
-    if ! seckill_pid_alive "$pid" "$name"; then
-        rm -f "$pidfile"
-        return 0
-    fi
-    seckill_say "stopping $name (pid $pid${2:+, $pidfile})"
+# True while any of the pids (of binary $1) is alive.
+any_alive() {
+    local name=$1 pid
+    shift
+    for pid in "$@"; do
+        seckill_pid_alive "$pid" "$name" && return 0
+    done
+    return 1
+}
+
+# stop_service NAME PIDFILE...: stops the processes of binary NAME in those files together,
+# then removes each file whose process is gone.
+stop_service() {
+    local name=$1 pidfile pid deadline i
+    shift
+    local -a pids=() files=()
+    for pidfile in "$@"; do
+        [[ -f $pidfile ]] || continue
+        pid=$(cat "$pidfile" 2>/dev/null || true)
+        if ! seckill_pid_alive "$pid" "$name"; then
+            rm -f "$pidfile"
+            continue
+        fi
+        if [[ $pidfile == "run/$name.pid" ]]; then
+            seckill_say "stopping $name (pid $pid)"
+        else
+            seckill_say "stopping $name (pid $pid, $pidfile)"
+        fi
+        pids+=("$pid")
+        files+=("$pidfile")
+    done
+    ((${#pids[@]})) || return 0
     stopped=1
-    kill -TERM "$pid" 2>/dev/null || true
-    kill -CONT "$pid" 2>/dev/null || true
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+        kill -CONT "$pid" 2>/dev/null || true
+    done
     deadline=$((SECONDS + STOP_TIMEOUT))
-    while seckill_pid_alive "$pid" "$name" && ((SECONDS < deadline)); do
+    while any_alive "$name" "${pids[@]}" && ((SECONDS < deadline)); do
         sleep 0.5
     done
-    if seckill_pid_alive "$pid" "$name"; then
+    if any_alive "$name" "${pids[@]}"; then
         seckill_say "$name did not exit within ${STOP_TIMEOUT}s; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
+        for pid in "${pids[@]}"; do
+            seckill_pid_alive "$pid" "$name" && { kill -KILL "$pid" 2>/dev/null || true; }
+        done
         sleep 1
-        if seckill_pid_alive "$pid" "$name"; then
-            seckill_say "$name (pid $pid) is still alive"
-            rc=1
-            return 0
-        fi
     fi
-    rm -f "$pidfile"
+    for i in "${!pids[@]}"; do
+        if seckill_pid_alive "${pids[i]}" "$name"; then
+            seckill_say "$name (pid ${pids[i]}) is still alive"
+            rc=1
+        else
+            rm -f "${files[i]}"
+        fi
+    done
 }
 
 stop_service gateway run/bench/gateway-hop.pid
 stop_service seckill-bench run/bench/upstream.pid
 for name in gateway order-service seckill-service stock-service; do
-    stop_service "$name"
+    mapfile -t pidfiles < <(service_pidfiles "$name")
+    stop_service "$name" "${pidfiles[@]}"
 done
 
 if [[ ${SECKILL_KEEP_SERVERS:-0} == 1 ]]; then

@@ -103,6 +103,15 @@ _seckill_wait_for() {
     done
 }
 
+# As _seckill_wait_for $1 "${@:3}", saying $2 when the time runs out: a server just started.
+_seckill_await() {
+    local secs=$1 failure=$2
+    shift 2
+    _seckill_wait_for "$secs" "$@" && return 0
+    seckill_say "$failure"
+    return 1
+}
+
 _seckill_record_started() {
     mkdir -p "$SECKILL_RUN_DIR" || return 1
     if ! grep -qxF -- "$1" "$SECKILL_STARTED_FILE" 2>/dev/null; then
@@ -125,6 +134,17 @@ _seckill_cannot_provide() {
 
 _seckill_can_install() {
     command -v apt-get >/dev/null 2>&1 && _seckill_can_root
+}
+
+# Installs server $1's Debian package $2 (unless command $4 is there already), or says why
+# this script cannot ($3: the variable with the server's URL).
+_seckill_install_server() {
+    [[ -n ${4:-} ]] && _seckill_bin "$4" >/dev/null && return 0
+    if ! _seckill_can_install; then
+        _seckill_cannot_provide "$1" "$2" "$3"
+        return 1
+    fi
+    _seckill_apt_install "$2"
 }
 
 _seckill_policy_cleanup() {
@@ -310,19 +330,14 @@ _seckill_ensure_postgres() {
             return 1
         else
             if ! _seckill_pg_server_installed; then
-                if ! _seckill_can_install; then
-                    _seckill_cannot_provide PostgreSQL postgresql SECKILL_PG_URL
-                    return 1
-                fi
-                _seckill_apt_install postgresql || return 1
+                _seckill_install_server PostgreSQL postgresql SECKILL_PG_URL || return 1
                 _seckill_pg_installed=1
             fi
             _seckill_pg_start "$_SK_PG_PORT" || return 1
         fi
-        if ! _seckill_wait_for "$SECKILL_PG_START_TIMEOUT" _seckill_pg_probe; then
-            seckill_say "PostgreSQL did not answer at $_SK_PG_HOST:$_SK_PG_PORT within ${SECKILL_PG_START_TIMEOUT}s; see /var/log/postgresql/ and run/postgresql.log"
-            return 1
-        fi
+        _seckill_await "$SECKILL_PG_START_TIMEOUT" \
+            "PostgreSQL did not answer at $_SK_PG_HOST:$_SK_PG_PORT within ${SECKILL_PG_START_TIMEOUT}s; see /var/log/postgresql/ and run/postgresql.log" \
+            _seckill_pg_probe || return 1
     fi
     _seckill_pg_check_login
 }
@@ -369,19 +384,10 @@ _seckill_redis_start() {
 }
 
 _seckill_ensure_redis() {
-    local err
+    local err pkg=redis-tools
     # The server package brings redis-cli too; elsewhere only the client is needed.
-    if ! _seckill_bin redis-cli >/dev/null; then
-        if ! _seckill_can_install; then
-            _seckill_cannot_provide Redis redis-server SECKILL_REDIS_URL
-            return 1
-        fi
-        if _seckill_redis_local; then
-            _seckill_apt_install redis-server || return 1
-        else
-            _seckill_apt_install redis-tools || return 1
-        fi
-    fi
+    _seckill_redis_local && pkg=redis-server
+    _seckill_install_server Redis "$pkg" SECKILL_REDIS_URL redis-cli || return 1
     _seckill_redis_up && return 0
     if ! _seckill_redis_local; then
         err=$(_seckill_redis_cli ping 2>&1)
@@ -392,18 +398,11 @@ _seckill_ensure_redis() {
         seckill_say "something listens on 127.0.0.1:6379 but does not answer a Redis PING without a password (a Redis with users? not Redis?): export SECKILL_REDIS_URL with its login, or free the port."
         return 1
     fi
-    if ! _seckill_bin redis-server >/dev/null; then
-        if ! _seckill_can_install; then
-            _seckill_cannot_provide Redis redis-server SECKILL_REDIS_URL
-            return 1
-        fi
-        _seckill_apt_install redis-server || return 1
-    fi
+    _seckill_install_server Redis redis-server SECKILL_REDIS_URL redis-server || return 1
     _seckill_redis_start || return 1
-    if ! _seckill_wait_for "$SECKILL_REDIS_START_TIMEOUT" _seckill_redis_up; then
-        seckill_say "Redis did not answer at 127.0.0.1:6379 within ${SECKILL_REDIS_START_TIMEOUT}s; see run/redis-server.log"
-        return 1
-    fi
+    _seckill_await "$SECKILL_REDIS_START_TIMEOUT" \
+        "Redis did not answer at 127.0.0.1:6379 within ${SECKILL_REDIS_START_TIMEOUT}s; see run/redis-server.log" \
+        _seckill_redis_up
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -481,18 +480,11 @@ _seckill_ensure_rabbitmq() {
         return 0
     fi
     _seckill_tcp_open 127.0.0.1 5672 && return 0
-    if ! _seckill_bin rabbitmq-server >/dev/null; then
-        if ! _seckill_can_install; then
-            _seckill_cannot_provide RabbitMQ rabbitmq-server SECKILL_AMQP_URL
-            return 1
-        fi
-        _seckill_apt_install rabbitmq-server || return 1
-    fi
+    _seckill_install_server RabbitMQ rabbitmq-server SECKILL_AMQP_URL rabbitmq-server || return 1
     _seckill_rabbitmq_start || return 1
-    if ! _seckill_wait_for "$SECKILL_RABBITMQ_START_TIMEOUT" _seckill_rabbitmq_serving; then
-        seckill_say "RabbitMQ did not accept connections on 127.0.0.1:5672 within ${SECKILL_RABBITMQ_START_TIMEOUT}s; see /var/log/rabbitmq/ and run/rabbitmq.log"
-        return 1
-    fi
+    _seckill_await "$SECKILL_RABBITMQ_START_TIMEOUT" \
+        "RabbitMQ did not accept connections on 127.0.0.1:5672 within ${SECKILL_RABBITMQ_START_TIMEOUT}s; see /var/log/rabbitmq/ and run/rabbitmq.log" \
+        _seckill_rabbitmq_serving
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -561,6 +553,16 @@ seckill_pid_alive() {
     if [[ -n $name ]] && comm=$(cat "/proc/$pid/comm" 2>/dev/null); then
         [[ $comm == "${name:0:15}" ]] || return 1 # the kernel keeps 15 characters of the name
     fi
+    return 0
+}
+
+# The pid files of service $1 that scripts/up.sh writes, relative to the repo root:
+# run/<name>.pid (replica 0) and run/<name>-<k>.pid (replica k), whichever exist.
+service_pidfiles() {
+    local f
+    for f in "run/$1.pid" "run/$1"-*.pid; do
+        [[ -f $f && ($f == "run/$1.pid" || $f =~ ^run/$1-[0-9]+\.pid$) ]] && printf '%s\n' "$f"
+    done
     return 0
 }
 

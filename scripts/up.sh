@@ -4,10 +4,19 @@
 #   1. ensure_servers (scripts/lib.sh): PostgreSQL, Redis, RabbitMQ answer (started or
 #      installed when needed);
 #   2. cargo build --release --bins;
-#   3. starts stock-service, seckill-service, order-service, gateway (in that order) in the
-#      background from the repo root, each waiting for the previous one's /readyz; each reads
-#      config/<name>.toml, logs to run/<name>.log, and its pid goes to run/<name>.pid;
+#   3. starts stock-service, seckill-service, order-service, gateway (in that order, every
+#      replica of one before the next) in the background from the repo root, each waiting for
+#      the previous one's /readyz; each reads config/<name>.toml, logs to run/<name>.log, and
+#      its pid goes to run/<name>.pid (replica k > 0: run/<name>-<k>.log, run/<name>-<k>.pid);
 #   4. creates a demo sale through the gateway and prints curl lines for one purchase.
+#
+# Replicas: SECKILL_REPLICAS=N (default 1, at most 99) runs N replicas of every service;
+# SECKILL_REPLICAS_GATEWAY, _SECKILL, _ORDER, _STOCK set one service's count (default
+# SECKILL_REPLICAS). Replica k listens on its service's port + 10*k (gateways 8080, 8090, ...;
+# seckill-service 8081, 8091, ...; order-service 8082, ...; stock-service 8083, ...), a gateway's
+# admin listener on its admin port + 10*k (9080, 9090, ...); so no two collide below 100
+# replicas. Every caller gets the list of all its callee's replicas (SECKILL__UPSTREAMS__*),
+# and every gateway the same Redis, so a user's rate limit holds across the gateways.
 #
 # Environment: SECKILL_PG_URL, SECKILL_REDIS_URL, SECKILL_AMQP_URL (see lib.sh) choose the
 # servers; SECKILL_STOCK_DB and SECKILL_ORDER_DB the databases of stock-service and
@@ -35,6 +44,17 @@ declare -A SECTIONS=(
     [order-service]="http log database redis amqp upstreams order trust"
     [stock-service]="http log database amqp stock trust"
 )
+# The upstreams.* keys each binary calls, by callee (order-service only calls stock-service).
+declare -A CALLEES=(
+    [gateway]="seckill-service order-service stock-service"
+    [seckill-service]="order-service stock-service"
+    [order-service]="stock-service"
+    [stock-service]=""
+)
+# Replica k of a service listens on its port + REPLICA_STEP*k: the four standard ports differ in
+# their last digit, so the replicas of different services never meet.
+REPLICA_STEP=10
+ADMIN_STANDARD_PORT=9080
 READY_TIMEOUT=${SECKILL_READY_TIMEOUT:-60}
 STOCK_DB=${SECKILL_STOCK_DB:-seckill_stock}
 ORDER_DB=${SECKILL_ORDER_DB:-seckill_order}
@@ -44,15 +64,35 @@ die() {
     exit 1
 }
 
-# http.port from config/<name>.toml, else the standard port.
+# config_port NAME [SECTION]: SECTION.port (default http) from config/<name>.toml, else empty.
 config_port() {
-    local port
-    port=$(awk '
+    awk -v want="[${2:-http}]" '
         /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section); next }
-        section == "[http]" && /^[[:space:]]*port[[:space:]]*=/ {
+        section == want && /^[[:space:]]*port[[:space:]]*=/ {
             sub(/^[^=]*=[[:space:]]*/, ""); sub(/[^0-9].*$/, ""); print; exit
-        }' "config/$1.toml" 2>/dev/null || true)
-    printf '%s\n' "${port:-${STANDARD_PORT[$1]}}"
+        }' "config/$1.toml" 2>/dev/null || true
+}
+
+# The file name stem of replica $2 of service $1: run/<stem>.log, run/<stem>.pid.
+replica_stem() {
+    if (($2 == 0)); then printf '%s\n' "$1"; else printf '%s\n' "$1-$2"; fi
+}
+
+replica_port() { printf '%s\n' $((PORT[$1] + REPLICA_STEP * $2)); }
+
+# The comma-separated URLs of every replica of service $1 (an upstreams.* value).
+replica_urls() {
+    local k urls=""
+    for ((k = 0; k < REPLICAS[$1]; k++)); do
+        urls+=${urls:+,}http://127.0.0.1:$(replica_port "$1" "$k")
+    done
+    printf '%s\n' "$urls"
+}
+
+# SECKILL_REPLICAS_<SERVICE> (gateway: GATEWAY, seckill-service: SECKILL, ...).
+replicas_var() {
+    local short=${1%-service}
+    printf 'SECKILL_REPLICAS_%s\n' "${short^^}"
 }
 
 # Prints field $1 of the JSON object on stdin.
@@ -75,9 +115,12 @@ api() {
     API_BODY=${out%$'\n'*}
 }
 
+# start_service NAME K [VAR=value...]: starts replica K of NAME and waits for its /readyz.
 start_service() {
-    local name=$1 port=$2 bin var section pid
+    local name=$1 k=$2 bin var section pid stem port callee key
     shift 2 # the rest: VAR=value settings for this service
+    stem=$(replica_stem "$name" "$k")
+    port=$(replica_port "$name" "$k")
     local -a env_args=()
     bin=$BIN_DIR/$name
     # One config file per binary: SECKILL_CONFIG would make all four read the same file, and a
@@ -95,35 +138,56 @@ start_service() {
             env_args+=(-u "$var")
         fi
     done < <(compgen -e)
+    # Replica 0 runs exactly as a single instance does; the others get their own ports.
+    if ((k > 0)); then
+        env_args+=("SECKILL__HTTP__PORT=$port")
+        [[ $name == gateway ]] && env_args+=("SECKILL__ADMIN__PORT=$((ADMIN_BASE + REPLICA_STEP * k))")
+    fi
+    # A replicated callee: every replica, so the caller spreads its calls over all of them.
+    for callee in ${CALLEES[$name]}; do
+        if ((REPLICAS[$callee] > 1)); then
+            key=${callee%-service}
+            env_args+=("SECKILL__UPSTREAMS__${key^^}=$(replica_urls "$callee")")
+        fi
+    done
 
-    if [[ -e run/$name.log ]]; then mv -f "run/$name.log" "run/$name.log.1"; fi
-    seckill_say "starting $name on port $port (log: run/$name.log)"
-    nohup env "${env_args[@]}" "$@" "$bin" </dev/null >"run/$name.log" 2>&1 &
+    if [[ -e run/$stem.log ]]; then mv -f "run/$stem.log" "run/$stem.log.1"; fi
+    seckill_say "starting $stem on port $port (log: run/$stem.log)"
+    nohup env "${env_args[@]}" "$@" "$bin" </dev/null >"run/$stem.log" 2>&1 &
     pid=$!
-    printf '%s\n' "$pid" >"run/$name.pid"
-    wait_ready "$name" "$port" "$pid"
+    printf '%s\n' "$pid" >"run/$stem.pid"
+    wait_ready "$stem" "$port" "$pid"
+}
+
+# start_replicas NAME [VAR=value...]: every replica of NAME, one after the other.
+start_replicas() {
+    local name=$1 k
+    shift
+    for ((k = 0; k < REPLICAS[$name]; k++)); do
+        start_service "$name" "$k" "$@"
+    done
 }
 
 fail_start() {
-    local name=$1
-    seckill_say "$2; last 20 lines of run/$name.log:"
-    tail -n 20 "run/$name.log" >&2 || true
+    local stem=$1
+    seckill_say "$2; last 20 lines of run/$stem.log:"
+    tail -n 20 "run/$stem.log" >&2 || true
     die "up.sh stopped; scripts/down.sh stops the services already started."
 }
 
 wait_ready() {
-    local name=$1 port=$2 pid=$3 deadline
+    local stem=$1 port=$2 pid=$3 deadline
     deadline=$((SECONDS + READY_TIMEOUT))
     while :; do
         if ! seckill_pid_alive "$pid"; then
-            fail_start "$name" "$name exited during start-up"
+            fail_start "$stem" "$stem exited during start-up"
         fi
         if curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null; then
-            seckill_say "$name is ready (pid $pid)"
+            seckill_say "$stem is ready (pid $pid)"
             return 0
         fi
         if ((SECONDS >= deadline)); then
-            fail_start "$name" "$name is not ready after ${READY_TIMEOUT}s (http://127.0.0.1:$port/readyz)"
+            fail_start "$stem" "$stem is not ready after ${READY_TIMEOUT}s (http://127.0.0.1:$port/readyz)"
         fi
         sleep 1
     done
@@ -141,23 +205,57 @@ done
 command -v python3 >/dev/null 2>&1 || seckill_say "note: python3 not found; using sed to read JSON, and the printed curl lines need python3"
 mkdir -p run
 
-declare -A PORT
+[[ ${SECKILL_REPLICAS:-1} =~ ^[1-9][0-9]?$ ]] ||
+    die "SECKILL_REPLICAS=${SECKILL_REPLICAS}: use a whole number from 1 to 99"
+declare -A PORT REPLICAS LISTENER
+ADMIN_BASE=${SECKILL__ADMIN__PORT:-$(config_port gateway admin)}
+ADMIN_BASE=${ADMIN_BASE:-$ADMIN_STANDARD_PORT}
 for name in "${SERVICES[@]}"; do
+    var=$(replicas_var "$name")
+    REPLICAS[$name]=${!var:-${SECKILL_REPLICAS:-1}}
+    [[ ${REPLICAS[$name]} =~ ^[1-9][0-9]?$ ]] ||
+        die "$var=${REPLICAS[$name]}: use a whole number from 1 to 99"
     PORT[$name]=$(config_port "$name")
-    if [[ -f run/$name.pid ]] && seckill_pid_alive "$(cat "run/$name.pid")" "$name"; then
-        die "$name is already running (pid $(cat "run/$name.pid")); stop it first with scripts/down.sh."
-    fi
-    if _seckill_tcp_open 127.0.0.1 "${PORT[$name]}"; then
-        die "port ${PORT[$name]} ($name) is already in use by a process up.sh did not start; stop it, or scripts/down.sh if it is ours."
-    fi
+    PORT[$name]=${PORT[$name]:-${STANDARD_PORT[$name]}}
+    while IFS= read -r pidfile; do
+        if seckill_pid_alive "$(cat "$pidfile")" "$name"; then
+            die "$name is already running (pid $(cat "$pidfile"), $pidfile); stop it first with scripts/down.sh."
+        fi
+    done < <(service_pidfiles "$name")
+done
+# Every listener of every replica: distinct, and free.
+for name in "${SERVICES[@]}"; do
+    for ((k = 0; k < REPLICAS[$name]; k++)); do
+        stem=$(replica_stem "$name" "$k")
+        ports=("$(replica_port "$name" "$k")")
+        [[ $name == gateway ]] && ports+=("$((ADMIN_BASE + REPLICA_STEP * k))")
+        for port in "${ports[@]}"; do
+            ((port <= 65535)) || die "$stem would listen on port $port: fewer replicas, or lower ports in config/$name.toml"
+            [[ -z ${LISTENER[$port]:-} ]] ||
+                die "$stem and ${LISTENER[$port]} would both listen on port $port: fewer replicas, or other ports in config/"
+            LISTENER[$port]=$stem
+            if _seckill_tcp_open 127.0.0.1 "$port"; then
+                die "port $port ($stem) is already in use by a process up.sh did not start; stop it, or scripts/down.sh if it is ours."
+            fi
+        done
+    done
 done
 GATEWAY=http://127.0.0.1:${PORT[gateway]}
+GATEWAYS=()
+for ((k = 0; k < REPLICAS[gateway]; k++)); do GATEWAYS+=("http://127.0.0.1:$(replica_port gateway "$k")"); done
 if [[ -n ${SECKILL_CONFIG:-} ]]; then
     seckill_say "note: SECKILL_CONFIG is ignored here; each service reads config/<name>.toml"
 fi
 if [[ -n ${SECKILL__HTTP__PORT:-} ]]; then
     seckill_say "note: SECKILL__HTTP__PORT is ignored here; the ports come from config/<name>.toml"
 fi
+for name in "${SERVICES[@]}"; do
+    key=${name%-service}
+    var=SECKILL__UPSTREAMS__${key^^}
+    if ((REPLICAS[$name] > 1)) && [[ -n ${!var:-} ]]; then
+        seckill_say "note: $var is replaced here by the ${REPLICAS[$name]} replicas of $name"
+    fi
+done
 if [[ -n ${SECKILL__DATABASE__URL:-} ]]; then
     seckill_say "note: SECKILL__DATABASE__URL is ignored here; set SECKILL_PG_URL (a server URL without a database name)"
 fi
@@ -169,15 +267,15 @@ for name in "${SERVICES[@]}"; do
     [[ -x $BIN_DIR/$name ]] || die "$BIN_DIR/$name was not built (is $name a binary of the workspace?)"
 done
 
-start_service stock-service "${PORT[stock-service]}" \
+start_replicas stock-service \
     "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$STOCK_DB" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
-start_service seckill-service "${PORT[seckill-service]}" \
+start_replicas seckill-service \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
-start_service order-service "${PORT[order-service]}" \
+start_replicas order-service \
     "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" \
     "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL"
 # The gateway keeps its users' rate-limit buckets in Redis, shared with every gateway replica.
-start_service gateway "${PORT[gateway]}" "SECKILL__REDIS__URL=$SECKILL_REDIS_URL"
+start_replicas gateway "SECKILL__REDIS__URL=$SECKILL_REDIS_URL"
 
 # ---------------------------------------------------------------------------------------------
 # A demo sale: 100 units, on sale from now for two hours.
@@ -197,12 +295,19 @@ GOODS_ID=$(printf '%s' "$API_BODY" | json_field id) || die "no id in the demo sa
 
 PY_TOKEN="python3 -c 'import json,sys; print(json.load(sys.stdin)[\"token\"])'"
 PY_ORDER="python3 -c 'import json,sys; print(json.load(sys.stdin)[\"order_id\"])'"
+if ((${#GATEWAYS[@]} == 1)); then
+    UP_LINE="gateway $GATEWAY"
+    GW_NOTE=""
+else
+    UP_LINE="gateways ${GATEWAYS[*]} (replicas: gateway ${REPLICAS[gateway]}, seckill-service ${REPLICAS[seckill-service]}, order-service ${REPLICAS[order-service]}, stock-service ${REPLICAS[stock-service]})"
+    GW_NOTE=" GW may be any gateway: ${GATEWAYS[*]}"
+fi
 cat <<EOF
 
-Seckill is up: gateway $GATEWAY; logs and pids in run/; stop everything with scripts/down.sh.
+Seckill is up: $UP_LINE; logs and pids in run/; stop everything with scripts/down.sh.
 Demo sale: goods id $GOODS_ID, 100 units, on sale from $START_AT until $END_AT.
 
-One purchase (paste into bash; user 42 may buy once, another user_id buys again):
+One purchase (paste into bash; user 42 may buy once, another user_id buys again).$GW_NOTE
 
 GW=$GATEWAY
 TOKEN=\$(curl -s -X POST \$GW/api/auth/dev-token -H 'content-type: application/json' -d '{"user_id": 42, "role": "user"}' | $PY_TOKEN)

@@ -4,7 +4,7 @@
 use seckill_common::amqp::OrderRequest;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts;
-use seckill_infra::redis::{Redis, Scripts, is_noscript};
+use seckill_infra::redis::{Redis, RedisUse, Scripts, is_noscript};
 
 /// What the claim found of a request's reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,13 @@ pub enum Claim {
     Lost,
 }
 
+/// What the store runs on Redis: its scripts, no command of its own (its ACL user allows
+/// exactly these; crates/deploy-check).
+pub const REDIS_USE: RedisUse = RedisUse {
+    scripts: &[scripts::CLAIM, scripts::SUCCEED, scripts::SUPERSEDE, scripts::FAIL_CLAIMED],
+    commands: &[],
+};
+
 pub struct ResultStore {
     redis: Redis,
     scripts: Scripts,
@@ -27,7 +34,7 @@ pub struct ResultStore {
 
 impl ResultStore {
     pub fn new(redis: Redis, keys: RedisKeys) -> Self {
-        Self { redis, scripts: Scripts::new(), keys }
+        Self { redis, scripts: Scripts::of(&REDIS_USE), keys }
     }
 
     pub fn redis(&self) -> &Redis {

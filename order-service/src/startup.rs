@@ -1,7 +1,6 @@
 //! Builds order-service from its settings: database (created and migrated on first start),
 //! Redis, the broker, the consumers, the sweeper, the HTTP server.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,10 +10,11 @@ use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
-use seckill_infra::amqp::{Declare, Publisher};
-use seckill_infra::consumer::{self, ConsumerSpec, Source};
+use seckill_infra::amqp::{Declare, Destination};
+use seckill_infra::broker_use::BrokerUse;
+use seckill_infra::consumer::{self, Source};
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Lifecycle, Service};
+use seckill_web::{Application, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::fulfil::Fulfiller;
@@ -25,20 +25,33 @@ use crate::{consumer as handlers, routes};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// How the binary runs the service (`seckill_web::runner`).
-impl Service for Settings {
-    async fn start(self) -> anyhow::Result<Application> {
-        start(self).await
-    }
-
-    fn migrate(&self) -> Option<impl Future<Output = anyhow::Result<()>>> {
-        let url = self.database_url();
-        Some(async move { seckill_db::prepare(&url, MIGRATIONS).await })
-    }
-}
+// How the binary runs the service (`seckill_web::runner`): built by `start`, and
+// `<binary> migrate` prepares its database.
+seckill_web::database_service!(Settings, start, MIGRATIONS);
 
 /// Checks the settings, then builds: where tests and the e2e suite start a service.
 pub use seckill_web::runner::build;
+
+/// What order-service does on the broker: it consumes buy requests and expiries, and publishes
+/// releases and the expiries of new orders (to the delay queue of `ttl_secs`). `start` builds
+/// its publisher and consumers from it; crates/deploy-check derives its broker user's
+/// permissions from it.
+pub fn broker_use(names: &AmqpNames, ttl_secs: u64) -> BrokerUse {
+    BrokerUse {
+        publisher_declares: vec![
+            Declare::WorkQueue(names.stock_release_queue()),
+            Declare::OrderDelay { ttl_secs },
+        ],
+        publishes: vec![
+            Destination::Queue(names.stock_release_queue()),
+            Destination::Queue(names.order_delay_queue(ttl_secs)),
+        ],
+        consumers: vec![
+            (Source::Queue(names.orders_queue()), vec![Declare::WorkQueue(names.orders_queue())]),
+            (Source::Queue(names.order_expire_queue()), vec![Declare::OrderDelay { ttl_secs }]),
+        ],
+    }
+}
 
 /// Builds from settings already checked.
 async fn start(settings: Settings) -> anyhow::Result<Application> {
@@ -53,16 +66,8 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let ttl_secs = settings.order.ttl_secs;
-    let publisher = Arc::new(
-        Publisher::connect(
-            &settings.amqp,
-            SERVICE,
-            trust.clone(),
-            vec![Declare::WorkQueue(names.stock_release_queue()), Declare::OrderDelay { ttl_secs }],
-        )
-        .await
-        .context("cannot connect to RabbitMQ")?,
-    );
+    let broker = broker_use(&names, ttl_secs);
+    let publisher = Arc::new(broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?);
     let fulfiller = Arc::new(Fulfiller::new(
         pool.clone(),
         stock,
@@ -76,27 +81,26 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let lifecycle = Lifecycle::new();
     let pause = settings.order.outage_pause();
     for index in 0..settings.order.consumers {
-        let spec = ConsumerSpec::new(
-            format!("{SERVICE}-orders-{index}"),
-            Source::Queue(names.orders_queue()),
-            Peer::Seckill,
-            trust.clone(),
-            vec![Declare::WorkQueue(names.orders_queue())],
-        )
-        .batches(settings.order.prefetch, settings.order.batch_size);
+        let spec = broker
+            .consumer(
+                format!("{SERVICE}-orders-{index}"),
+                Source::Queue(names.orders_queue()),
+                Peer::Seckill,
+                trust.clone(),
+            )?
+            .batches(settings.order.prefetch, settings.order.batch_size);
         let fulfiller = fulfiller.clone();
         lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
             let fulfiller = fulfiller.clone();
             async move { handlers::handle_orders(&fulfiller, inbox, pause).await }
         }));
     }
-    let spec = ConsumerSpec::new(
+    let spec = broker.consumer(
         format!("{SERVICE}-expire"),
         Source::Queue(names.order_expire_queue()),
         Peer::Order,
         trust.clone(),
-        vec![Declare::OrderDelay { ttl_secs }],
-    );
+    )?;
     let (r, f) = (releaser.clone(), fulfiller.clone());
     lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
         let (r, f) = (r.clone(), f.clone());

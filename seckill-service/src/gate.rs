@@ -7,7 +7,7 @@ use seckill_common::api::ActiveOrder;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{self, Epoch, StoredResult};
 use seckill_common::{GoodsId, UserId};
-use seckill_infra::redis::{Redis, Scripts};
+use seckill_infra::redis::{Redis, RedisUse, Scripts};
 use seckill_web::ApiError;
 use uuid::Uuid;
 
@@ -49,6 +49,21 @@ pub struct Snapshot {
     pub in_flight: Vec<Uuid>,
 }
 
+/// What the gate runs on Redis: the scripts it loads, and the commands of its own calls below
+/// (its ACL user allows exactly these; crates/deploy-check).
+pub const REDIS_USE: RedisUse = RedisUse {
+    scripts: &[
+        scripts::LOAD,
+        scripts::RESERVE,
+        scripts::UNDO,
+        scripts::RESTORE,
+        scripts::SNAPSHOT,
+        scripts::ADJUST,
+        scripts::PATH_TOKEN,
+    ],
+    commands: &["get", "set", "del", "exists", "zrem", "zrangebyscore", "hsetnx"],
+};
+
 pub struct Gate {
     redis: Redis,
     scripts: Scripts,
@@ -57,7 +72,7 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(redis: Redis, keys: RedisKeys) -> Self {
-        Self { redis, scripts: Scripts::new(), keys }
+        Self { redis, scripts: Scripts::of(&REDIS_USE), keys }
     }
 
     pub fn redis(&self) -> &Redis {

@@ -7,7 +7,8 @@ use anyhow::Context;
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
-use seckill_infra::amqp::{Declare, Publisher};
+use seckill_infra::amqp::{Declare, Destination};
+use seckill_infra::broker_use::BrokerUse;
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
@@ -30,6 +31,26 @@ impl Service for Settings {
 /// Checks the settings, then builds: where tests and the e2e suite start a service.
 pub use seckill_web::runner::build;
 
+/// What seckill-service does on the broker: it publishes buy requests and broadcasts, and
+/// consumes restocks and its replicas' broadcasts. `start` builds its publisher and consumers
+/// from it; crates/deploy-check derives its broker user's permissions from it.
+pub fn broker_use(names: &AmqpNames) -> BrokerUse {
+    BrokerUse {
+        publisher_declares: vec![Declare::WorkQueue(names.orders_queue()), Declare::Broadcast],
+        publishes: vec![
+            Destination::Queue(names.orders_queue()),
+            Destination::Exchange { exchange: names.broadcast_exchange(), routing_key: String::new() },
+        ],
+        consumers: vec![
+            (
+                Source::Queue(names.restock_queue()),
+                vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
+            ),
+            (Source::Fanout(names.broadcast_exchange()), vec![Declare::Broadcast]),
+        ],
+    }
+}
+
 /// Builds from settings already checked.
 async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Seckill, &settings.trust)?);
@@ -40,14 +61,8 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
-    let publisher = Publisher::connect(
-        &settings.amqp,
-        SERVICE,
-        trust.clone(),
-        vec![Declare::WorkQueue(names.orders_queue()), Declare::Broadcast],
-    )
-    .await
-    .context("cannot connect to RabbitMQ")?;
+    let broker = broker_use(&names);
+    let publisher = broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?;
     let lifecycle = Lifecycle::new();
     let (confirmations, clearing) = Confirmations::start(gate.clone(), lifecycle.cancel.clone());
     lifecycle.spawn(clearing);
@@ -74,26 +89,25 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         }
     });
     lifecycle.spawn(reconcile::run(state.clone(), lifecycle.cancel.clone()));
-    let restocks = ConsumerSpec::new(
+    let restocks = broker.consumer(
         format!("{SERVICE}-restock"),
         Source::Queue(names.restock_queue()),
         Peer::Stock,
         trust.clone(),
-        vec![Declare::WorkQueue(names.restock_queue()), Declare::Broadcast],
-    );
+    )?;
     let s = state.clone();
     lifecycle.spawn(consumer::run(settings.amqp.clone(), restocks, lifecycle.cancel.clone(), move |inbox| {
         broadcast::handle_restocks(s.clone(), inbox)
     }));
     // A broadcast is one small message for every replica: handled a hundred at a time.
-    let broadcasts = ConsumerSpec::new(
-        format!("{SERVICE}-broadcast"),
-        Source::Fanout(names.broadcast_exchange()),
-        Peer::Seckill,
-        trust.clone(),
-        vec![Declare::Broadcast],
-    )
-    .batches(ConsumerSpec::PREFETCH, 100);
+    let broadcasts = broker
+        .consumer(
+            format!("{SERVICE}-broadcast"),
+            Source::Fanout(names.broadcast_exchange()),
+            Peer::Seckill,
+            trust.clone(),
+        )?
+        .batches(ConsumerSpec::PREFETCH, 100);
     let s = state.clone();
     lifecycle.spawn(consumer::run(
         settings.amqp.clone(),

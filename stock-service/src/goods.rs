@@ -14,37 +14,18 @@ use seckill_web::ApiError;
 
 use crate::schema::goods;
 
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = goods, check_for_backend(diesel::pg::Pg))]
-pub struct GoodsRow {
-    pub id: i64,
-    pub name: String,
-    pub price_cents: i64,
-    pub seckill_price_cents: i64,
-    pub stock_total: i64,
-    pub stock_available: i64,
-    pub start_at: DateTime<Utc>,
-    pub end_at: DateTime<Utc>,
-}
+/// A `goods` row, all of its columns in the table's order: the fields of [`Goods`] (defined
+/// once, in `seckill_common::api`), then `created_at`, which the API does not show. PostgreSQL
+/// only appends columns, so the order holds; a column more fails to compile here.
+type GoodsRow = (i64, String, i64, i64, i64, i64, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>);
 
-impl TryFrom<GoodsRow> for Goods {
-    type Error = diesel::result::Error;
-
-    fn try_from(row: GoodsRow) -> Result<Self, Self::Error> {
-        let id = GoodsId::new(row.id).ok_or_else(|| {
-            diesel::result::Error::DeserializationError(format!("goods id {} is not positive", row.id).into())
-        })?;
-        Ok(Goods {
-            id,
-            name: row.name,
-            price_cents: row.price_cents,
-            seckill_price_cents: row.seckill_price_cents,
-            stock_total: row.stock_total,
-            stock_available: row.stock_available,
-            start_at: row.start_at,
-            end_at: row.end_at,
-        })
-    }
+/// A row as the API shows it; an id that is not positive is a corrupt row.
+fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
+    let (id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at, _) = row;
+    let id = GoodsId::new(id).ok_or_else(|| {
+        diesel::result::Error::DeserializationError(format!("goods id {id} is not positive").into())
+    })?;
+    Ok(Goods { id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at })
 }
 
 /// At most this many goods are listed; a flash-sale shop runs a handful at a time.
@@ -52,24 +33,24 @@ pub const LIST_LIMIT: i64 = 1_000;
 
 pub async fn list(conn: &mut AsyncPgConnection) -> QueryResult<Vec<Goods>> {
     goods::table
-        .select(GoodsRow::as_select())
+        .select(goods::all_columns)
         .order(goods::id.desc())
         .limit(LIST_LIMIT)
-        .load(conn)
+        .load::<GoodsRow>(conn)
         .await?
         .into_iter()
-        .map(Goods::try_from)
+        .map(to_goods)
         .collect()
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, id: GoodsId) -> QueryResult<Option<Goods>> {
     goods::table
         .find(id.get())
-        .select(GoodsRow::as_select())
-        .first(conn)
+        .select(goods::all_columns)
+        .first::<GoodsRow>(conn)
         .await
         .optional()?
-        .map(Goods::try_from)
+        .map(to_goods)
         .transpose()
 }
 
@@ -85,10 +66,10 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewGoods) -> QueryResult
             goods::start_at.eq(new.start_at),
             goods::end_at.eq(new.end_at),
         ))
-        .returning(GoodsRow::as_returning())
-        .get_result(conn)
+        .returning(goods::all_columns)
+        .get_result::<GoodsRow>(conn)
         .await
-        .and_then(Goods::try_from)
+        .and_then(to_goods)
 }
 
 /// How long `GET /api/goods` answers from memory before asking PostgreSQL again.

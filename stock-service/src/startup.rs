@@ -1,17 +1,16 @@
 //! Builds stock-service from its settings: database (created and migrated on first start),
 //! pool, the release consumer, HTTP server.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use actix_web::web;
-use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::trust::{Peer, Trust};
-use seckill_infra::amqp::{Declare, Publisher};
-use seckill_infra::consumer::{self, ConsumerSpec, Source};
-use seckill_web::{Application, Lifecycle, Service};
+use seckill_infra::amqp::{Declare, Destination};
+use seckill_infra::broker_use::BrokerUse;
+use seckill_infra::consumer::{self, Source};
+use seckill_web::{Application, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::releases::ReleaseHandler;
@@ -20,20 +19,26 @@ use crate::state::AppState;
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// How the binary runs the service (`seckill_web::runner`).
-impl Service for Settings {
-    async fn start(self) -> anyhow::Result<Application> {
-        start(self).await
-    }
-
-    fn migrate(&self) -> Option<impl Future<Output = anyhow::Result<()>>> {
-        let url = self.database_url();
-        Some(async move { seckill_db::prepare(&url, MIGRATIONS).await })
-    }
-}
+// How the binary runs the service (`seckill_web::runner`): built by `start`, and
+// `<binary> migrate` prepares its database.
+seckill_web::database_service!(Settings, start, MIGRATIONS);
 
 /// Checks the settings, then builds: where tests and the e2e suite start a service.
 pub use seckill_web::runner::build;
+
+/// What stock-service does on the broker: it consumes releases and forwards them as restocks.
+/// `start` builds its publisher and consumer from it; crates/deploy-check derives its broker
+/// user's permissions from it.
+pub fn broker_use(names: &AmqpNames) -> BrokerUse {
+    BrokerUse {
+        publisher_declares: vec![Declare::WorkQueue(names.restock_queue())],
+        publishes: vec![Destination::Queue(names.restock_queue())],
+        consumers: vec![(
+            Source::Queue(names.stock_release_queue()),
+            vec![Declare::WorkQueue(names.stock_release_queue())],
+        )],
+    }
+}
 
 /// Builds from settings already checked: the database (created and migrated on first
 /// start), the release consumer, the HTTP server.
@@ -42,14 +47,8 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let pool = seckill_db::open(&settings.database, &settings.database_url(), MIGRATIONS).await?;
 
     let names = AmqpNames::new(settings.amqp.prefix.clone());
-    let publisher = Publisher::connect(
-        &settings.amqp,
-        SERVICE,
-        trust.clone(),
-        vec![Declare::WorkQueue(names.restock_queue())],
-    )
-    .await
-    .context("cannot connect to RabbitMQ")?;
+    let broker = broker_use(&names);
+    let publisher = broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?;
     let handler = Arc::new(ReleaseHandler {
         pool: pool.clone(),
         publisher,
@@ -57,13 +56,12 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         outage_pause: settings.stock.outage_pause(),
     });
     let lifecycle = Lifecycle::new();
-    let spec = ConsumerSpec::new(
+    let spec = broker.consumer(
         format!("{SERVICE}-release"),
         Source::Queue(names.stock_release_queue()),
         Peer::Order,
         trust.clone(),
-        vec![Declare::WorkQueue(names.stock_release_queue())],
-    );
+    )?;
     let h = handler.clone();
     lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
         let h = h.clone();

@@ -58,11 +58,6 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
         .build()?)
 }
 
-/// Makes the database ready: created if missing, migrations applied. Replicas starting
-/// together (a rollout, a scale-up) take turns under a PostgreSQL advisory lock held on the
-/// maintenance database, so one creates and migrates while the others wait and then find
-/// nothing to do. Where the maintenance database cannot be reached (a managed database that
-/// only grants its own), it goes ahead without the lock.
 /// A database service's start: its database created if missing and migrated, then its pool.
 pub async fn open(
     settings: &DatabaseSettings,
@@ -73,6 +68,11 @@ pub async fn open(
     pool(settings, url)
 }
 
+/// Makes the database ready: created if missing, migrations applied. Replicas starting
+/// together (a rollout, a scale-up) take turns under a PostgreSQL advisory lock held on the
+/// maintenance database, so one creates and migrates while the others wait and then find
+/// nothing to do. Where the maintenance database cannot be reached (a managed database that
+/// only grants its own), it goes ahead without the lock.
 pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
     // A wrong `sslmode` or CA file is said as such, not as a missing maintenance database.
     PgTarget::parse(url)?;

@@ -42,6 +42,43 @@ pub fn have(tool: &str, why: &str) -> bool {
     found
 }
 
+/// `bash scripts/gen-secrets.sh <args>`'s output.
+pub fn gen_secrets(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(root().join("scripts/gen-secrets.sh"))
+        .args(args)
+        .output()
+        .expect("bash scripts/gen-secrets.sh");
+    assert!(
+        out.status.success(),
+        "scripts/gen-secrets.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// The Secrets of `gen-secrets.sh --k8s`'s output: name -> `stringData`.
+pub fn secrets_of(what: &str, text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    documents(what, text)
+        .iter()
+        .map(|d| {
+            let data = d["stringData"]
+                .as_mapping()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (scalar(k), scalar(v)))
+                .collect();
+            (name(d).to_owned(), data)
+        })
+        .collect()
+}
+
+/// Whether a compose service is given the URL of a data store (`database`, `redis`, `amqp`):
+/// the stores it uses (each service's loader refuses a URL of a section it does not have).
+pub fn uses_store(service: &Value, store: &str) -> bool {
+    environment(service).contains_key(&format!("SECKILL__{}__URL", store.to_uppercase()))
+}
+
 /// deploy/compose.yaml, merge keys applied.
 pub fn compose() -> Value {
     let mut compose: Value = serde_yaml::from_str(&read("deploy/compose.yaml")).expect("compose.yaml parses");

@@ -3,18 +3,17 @@
 //! an env value or a URL, no fallback value for a secret variable, nothing that looks like a
 //! key), no `guest`; each Deployment and compose service reads only its own Secrets and the
 //! keys of its own links (`Peer::sends_to` / `Peer::accepts_from`); scripts/gen-secrets.sh
-//! makes every key and variable they read. The broker's and Redis' users (what each may do)
-//! are checked by scripts/check-deploy.sh.
+//! makes every key and variable they read. What the broker's and Redis' users may do:
+//! tests/permissions.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::sync::LazyLock;
 
 use regex::Regex;
 use seckill_common::trust::{MIN_KEY_BYTES, Peer};
 use seckill_deploy_check::{
-    Failures, LINK_SECRET, OVERLAYS, SERVICES, compose, documents, environment, have, items, kind,
-    link_env_var, links, name, read, render, scalar, strings_of, wanted_trust_vars,
+    Failures, LINK_SECRET, OVERLAYS, SERVICES, compose, environment, gen_secrets, have, items, kind,
+    link_env_var, links, name, read, render, scalar, secrets_of, strings_of, wanted_trust_vars,
 };
 use serde_yaml::Value;
 
@@ -444,21 +443,6 @@ fn the_overlays_write_no_credential_and_each_deployment_reads_its_own_secrets_an
     f.assert_none();
 }
 
-/// `bash scripts/gen-secrets.sh <args>`'s output.
-fn gen_secrets(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(seckill_deploy_check::root().join("scripts/gen-secrets.sh"))
-        .args(args)
-        .output()
-        .expect("bash scripts/gen-secrets.sh");
-    assert!(
-        out.status.success(),
-        "scripts/gen-secrets.sh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
 #[test]
 fn gen_secrets_env_sets_every_variable_compose_reads() {
     if !have("bash", "it runs scripts/gen-secrets.sh") {
@@ -505,18 +489,7 @@ fn gen_secrets_k8s_makes_every_key_the_overlays_read() {
     let place = "scripts/gen-secrets.sh --k8s";
     let out = gen_secrets(&["--k8s", "--namespace", "seckill"]);
     let again = gen_secrets(&["--k8s"]);
-    let secrets: BTreeMap<String, BTreeMap<String, String>> = documents(place, &out)
-        .iter()
-        .map(|d| {
-            let data = d["stringData"]
-                .as_mapping()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (scalar(k), scalar(v)))
-                .collect();
-            (name(d).to_owned(), data)
-        })
-        .collect();
+    let secrets = secrets_of(place, &out);
     let mut f = Failures::default();
     if out == again || secrets.is_empty() {
         f.fail(place, "two runs gave the same output");
@@ -644,7 +617,7 @@ fn mounted(service: &Value, config: &str) -> Option<String> {
 
 /// compose's Redis and RabbitMQ load their users from configs mounted for them, each user's
 /// password from deploy/.env; one broker user per service with an `amqp` section, no tags.
-/// (What each user may do is read from the code by scripts/check-deploy.sh.)
+/// (What each user may do: tests/permissions.rs.)
 fn check_compose_servers(f: &mut Failures, compose: &Value) {
     let services = &compose["services"];
     let content =

@@ -3,8 +3,7 @@
 //! probes, graceful shutdown, security context, resources, its Service, one autoscaler, a
 //! PodDisruptionBudget); where /metrics is scraped, and the gateway's admin port (9080: /metrics
 //! and the detailed /readyz) reachable from the namespace monitoring only, in no Service and
-//! behind no Ingress. Schemas, custom resources, NetworkPolicies between the services and the
-//! per-overlay settings: scripts/check-deploy.sh.
+//! behind no Ingress. Schemas: scripts/check-deploy.sh; custom resources: custom_resources.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -72,7 +72,7 @@ enum Store {
 }
 
 /// A data store's URL must be given: the built-in one is loopback, no server in a container.
-/// (scripts/check-deploy.sh counts on it: it takes the URLs compose gives as the stores used.)
+/// (tests/permissions.rs counts on it: it takes the URLs compose gives as the stores used.)
 fn given(store: Store, given: bool) -> Result<(), ConfigError> {
     let (key, env) = match store {
         Store::Database => ("database.url", "SECKILL__DATABASE__URL"),

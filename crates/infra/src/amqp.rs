@@ -118,9 +118,32 @@ fn dead_letter_to(args: &mut FieldTable, queue: &str, settings: &AmqpSettings) {
     }
 }
 
+/// Where a publisher sends: what a service lists in its `BrokerUse`, and the publisher refuses
+/// anything else (so a publish its description misses fails the service's tests, not its
+/// broker user's permissions in production).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// A queue, through the default exchange (`amq.default` to the broker's permissions).
+    Queue(String),
+    /// An exchange, with a routing key.
+    Exchange { exchange: String, routing_key: String },
+}
+
+impl Destination {
+    fn is(&self, exchange: &str, routing_key: &str) -> bool {
+        match self {
+            Self::Queue(queue) => exchange.is_empty() && queue == routing_key,
+            Self::Exchange { exchange: e, routing_key: k } => e == exchange && k == routing_key,
+        }
+    }
+}
+
 /// Why a message may not have reached the broker's disk.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
+    /// A bug, not an outage: the destination is not in the publisher's list.
+    #[error("publishing to exchange {exchange:?} key {routing_key:?} is not declared by this service")]
+    Undeclared { exchange: String, routing_key: String },
     #[error("broker unavailable: {0}")]
     Unavailable(#[from] lapin::Error),
     #[error("broker unavailable (reconnecting is backed off)")]
@@ -148,6 +171,8 @@ pub struct Publisher {
     names: AmqpNames,
     service: String,
     declares: Vec<Declare>,
+    /// The only destinations `publish_to` takes (one to three: a scan is cheapest).
+    destinations: Vec<Destination>,
     link: RwLock<Arc<Link>>,
     reconnecting: Mutex<Option<Instant>>,
     next: AtomicUsize,
@@ -157,12 +182,14 @@ pub struct Publisher {
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 impl Publisher {
-    /// Connects and declares `declares` (what this service publishes to).
+    /// Connects and declares `declares` (what this service publishes to); it publishes to
+    /// `destinations` only.
     pub async fn connect(
         settings: &AmqpSettings,
         service: &str,
         trust: Arc<Trust>,
         declares: Vec<Declare>,
+        destinations: Vec<Destination>,
     ) -> anyhow::Result<Self> {
         let names = AmqpNames::new(settings.prefix.clone());
         let link = open_link(settings, &names, service, &declares).await?;
@@ -172,6 +199,7 @@ impl Publisher {
             names,
             service: service.to_owned(),
             declares,
+            destinations,
             link: RwLock::new(Arc::new(link)),
             reconnecting: Mutex::new(None),
             next: AtomicUsize::new(0),
@@ -213,6 +241,13 @@ impl Publisher {
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<(), PublishError> {
+        if !self.destinations.iter().any(|d| d.is(exchange, routing_key)) {
+            tracing::error!(exchange, routing_key, "publish to a destination this service does not declare");
+            return Err(PublishError::Undeclared {
+                exchange: exchange.to_owned(),
+                routing_key: routing_key.to_owned(),
+            });
+        }
         let timeout = Duration::from_millis(self.settings.confirm_timeout_ms);
         let link = self.current_link().await?;
         let channel = &link.channels[self.next.fetch_add(1, Ordering::Relaxed) % link.channels.len()];

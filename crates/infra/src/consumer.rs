@@ -29,7 +29,7 @@ use crate::amqp::{Declare, connect, declare};
 const ATTEMPT_HEADER: &str = "x-attempt";
 
 /// Where the messages come from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// A durable work queue shared by every replica of the consumer.
     Queue(String),

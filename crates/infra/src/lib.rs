@@ -4,6 +4,7 @@
 //! and order-service.
 
 pub mod amqp;
+pub mod broker_use;
 pub mod consumer;
 pub mod order_client;
 pub mod redis;
@@ -24,6 +25,9 @@ pub fn is_outage(e: &anyhow::Error) -> bool {
         if let Some(e) = cause.downcast_ref::<upstream::UpstreamError>() {
             return matches!(e, upstream::UpstreamError::Unavailable(_));
         }
-        cause.is::<amqp::PublishError>() || cause.is::<lapin::Error>()
+        cause
+            .downcast_ref::<amqp::PublishError>()
+            .is_some_and(|e| !matches!(e, amqp::PublishError::Undeclared { .. }))
+            || cause.is::<lapin::Error>()
     })
 }

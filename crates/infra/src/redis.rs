@@ -38,6 +38,20 @@ pub async fn ping(redis: &Redis) -> Result<(), String> {
     redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// The commands every service with Redis runs through this module: PING (`/readyz`), then
+/// SCRIPT LOAD and EVALSHA for its scripts. (ACL spelling: lower case, `|` for a subcommand.)
+pub const BASE_COMMANDS: [&str; 3] = ["ping", "script|load", "evalsha"];
+
+/// What a service runs on Redis besides [`BASE_COMMANDS`]: the Lua scripts it runs (texts of
+/// `seckill_common::scripts`; Redis checks each command a script calls against the ACL too)
+/// and the commands it sends itself, in ACL spelling. Its ACL user must allow exactly these
+/// (crates/deploy-check); [`Scripts::of`] loads only the listed scripts.
+#[derive(Debug, Clone, Copy)]
+pub struct RedisUse {
+    pub scripts: &'static [&'static str],
+    pub commands: &'static [&'static str],
+}
+
 /// The buy-path scripts (see `seckill_common::scripts`), hashed once.
 pub struct Scripts {
     pub reserve: Script,
@@ -60,19 +74,39 @@ impl Default for Scripts {
 }
 
 impl Scripts {
+    /// Every script (tests; a service takes [`Scripts::of`]).
     pub fn new() -> Self {
+        Self::with(|_| true)
+    }
+
+    /// The scripts `uses` lists; any other answers an error naming it, so a service running a
+    /// script its `RedisUse` misses fails its tests rather than its ACL user in production.
+    pub fn of(uses: &RedisUse) -> Self {
+        Self::with(|source| uses.scripts.contains(&source))
+    }
+
+    fn with(listed: impl Fn(&str) -> bool) -> Self {
+        let script = |name: &str, source: &str| {
+            if listed(source) {
+                Script::new(source)
+            } else {
+                Script::new(&format!(
+                    "return redis.error_reply(\"ERR script {name} is not in this service's RedisUse\")"
+                ))
+            }
+        };
         Self {
-            reserve: Script::new(scripts::RESERVE),
-            load: Script::new(scripts::LOAD),
-            undo: Script::new(scripts::UNDO),
-            claim: Script::new(scripts::CLAIM),
-            succeed: Script::new(scripts::SUCCEED),
-            fail_claimed: Script::new(scripts::FAIL_CLAIMED),
-            supersede: Script::new(scripts::SUPERSEDE),
-            restore: Script::new(scripts::RESTORE),
-            path_token: Script::new(scripts::PATH_TOKEN),
-            snapshot: Script::new(scripts::SNAPSHOT),
-            adjust: Script::new(scripts::ADJUST),
+            reserve: script("reserve", scripts::RESERVE),
+            load: script("load", scripts::LOAD),
+            undo: script("undo", scripts::UNDO),
+            claim: script("claim", scripts::CLAIM),
+            succeed: script("succeed", scripts::SUCCEED),
+            fail_claimed: script("fail_claimed", scripts::FAIL_CLAIMED),
+            supersede: script("supersede", scripts::SUPERSEDE),
+            restore: script("restore", scripts::RESTORE),
+            path_token: script("path_token", scripts::PATH_TOKEN),
+            snapshot: script("snapshot", scripts::SNAPSHOT),
+            adjust: script("adjust", scripts::ADJUST),
         }
     }
 

@@ -21,6 +21,32 @@ pub trait Service: ServiceSettings {
     }
 }
 
+/// Implements [`Service`] for the settings of a service that owns a database (whose settings
+/// have `database_url()`): built by `$start`, and `<binary> migrate` prepares the database
+/// with `$migrations` (`seckill_db::prepare`):
+/// `seckill_web::database_service!(Settings, start, MIGRATIONS);`.
+#[cfg(feature = "db")]
+#[macro_export]
+macro_rules! database_service {
+    ($settings:ty, $start:path, $migrations:expr) => {
+        impl $crate::Service for $settings {
+            async fn start(self) -> ::anyhow::Result<$crate::Application> {
+                $start(self).await
+            }
+
+            fn migrate(&self) -> Option<impl ::std::future::Future<Output = ::anyhow::Result<()>>> {
+                let url = self.database_url();
+                Some(async move { $crate::runner::seckill_db::prepare(&url, $migrations).await })
+            }
+        }
+    };
+}
+
+/// For [`database_service!`]: the database crate, named from the crate that expands it.
+#[cfg(feature = "db")]
+#[doc(hidden)]
+pub use seckill_db;
+
 /// The whole `main.rs` of a service binary: `seckill_web::service_main!(order_service::Settings);`.
 /// The binary's crate depends on `mimalloc` and `anyhow`.
 ///

@@ -11,7 +11,7 @@ use lapin::types::FieldTable;
 use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason, dead_queue};
 use seckill_common::trust::Peer;
 use seckill_common::{OrderId, UserId};
-use seckill_infra::amqp::{Declare, Publisher};
+use seckill_infra::amqp::{Declare, Destination, Publisher};
 use seckill_testkit::keys;
 use serde_json::json;
 use uuid::Uuid;
@@ -112,6 +112,7 @@ async fn a_release_that_keeps_failing_is_tried_again_never_dead_lettered() {
         "test",
         keys::trust(Peer::Order),
         vec![Declare::WorkQueue(queue.clone())],
+        vec![Destination::Queue(queue.clone())],
     )
     .await
     .unwrap();

@@ -9,7 +9,7 @@ use reqwest::Method;
 use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason, dead_queue};
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust, TrustSettings};
 use seckill_common::{OrderId, UserId};
-use seckill_infra::amqp::{Declare, Publisher};
+use seckill_infra::amqp::{Declare, Destination, Publisher};
 use seckill_testkit::keys;
 use serde_json::json;
 use uuid::Uuid;
@@ -122,6 +122,7 @@ async fn releases_from_anyone_but_order_service_are_refused() {
         "test-seckill",
         keys::trust(Peer::Seckill),
         vec![Declare::WorkQueue(queue.clone())],
+        vec![Destination::Queue(queue.clone())],
     )
     .await
     .unwrap();
@@ -148,7 +149,15 @@ async fn releases_from_anyone_but_order_service_are_refused() {
     assert_eq!(count(&names.restock_queue()).await, 0);
 
     // The same release from order-service goes through.
-    let order = Publisher::connect(&app.amqp, "test-order", keys::trust(Peer::Order), vec![]).await.unwrap();
+    let order = Publisher::connect(
+        &app.amqp,
+        "test-order",
+        keys::trust(Peer::Order),
+        vec![],
+        vec![Destination::Queue(queue.clone())],
+    )
+    .await
+    .unwrap();
     order.publish(Peer::Stock, &queue, &body, BasicProperties::default()).await.unwrap();
     wait_for("the release", async || count(&names.restock_queue()).await == 1).await;
     assert_eq!(app.goods(&goods).await.stock_available, 3);
