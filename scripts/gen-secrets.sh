@@ -72,7 +72,7 @@ JWT=$(key)
 PG_PASSWORD=$(password)
 declare -A AMQP REDIS
 for u in admin seckill order stock keda; do AMQP[$u]=$(password); done
-for u in admin seckill order; do REDIS[$u]=$(password); done
+for u in admin seckill order gateway; do REDIS[$u]=$(password); done
 
 # The Redis users (the same as deploy/compose.yaml's configs.redis-acl): each service only
 # the keys seckill:* and the commands it runs. Passwords as SHA-256 ("#..."), as Redis takes.
@@ -81,6 +81,7 @@ redis_acl() {
 user default on #$(sha256 "${REDIS[admin]}") ~* &* +@all
 user seckill on #$(sha256 "${REDIS[seckill]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +get +set +del +exists +decr +incr +hget +hset +hsetnx +hdel +hexists +hvals +zadd +zrem +zcard +zrangebyscore
 user order on #$(sha256 "${REDIS[order]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +get +set +exists +decr +incr +hget +hset +hdel +zrem
+user gateway on #$(sha256 "${REDIS[gateway]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +get +set +time
 EOF
 }
 
@@ -109,6 +110,7 @@ SECKILL_AMQP_PASSWORD_STOCK=${AMQP[stock]}
 SECKILL_REDIS_PASSWORD_ADMIN=${REDIS[admin]}
 SECKILL_REDIS_PASSWORD_SECKILL=${REDIS[seckill]}
 SECKILL_REDIS_PASSWORD_ORDER=${REDIS[order]}
+SECKILL_REDIS_PASSWORD_GATEWAY=${REDIS[gateway]}
 # The administrators' URLs on the published ports, for scripts/up.sh, scripts/test.sh and
 # tools run on this machine against these servers (scripts/lib.sh reads these names).
 SECKILL_PG_URL=postgres://postgres:$PG_PASSWORD@127.0.0.1:5432
@@ -141,6 +143,9 @@ printf '  # the receiver accepts, the same key, or "new,old" while it is replace
 for l in "${LINKS[@]}"; do
     printf '  %s: "%s"\n  %s.accept: "%s"\n' "$l" "${LINK[$l]}" "$l" "${LINK[$l]}"
 done
+secret gateway-urls
+printf '  # The Redis of the shared rate-limit buckets.\n'
+printf '  redis-url: "%s"\n' "$(redis_url gateway)"
 secret seckill-service-urls
 printf '  redis-url: "%s"\n  amqp-url: "%s"\n' "$(redis_url seckill)" "$(amqp_url seckill)"
 secret order-service-urls

@@ -217,7 +217,7 @@ fn secret_readers(secret: &str) -> Vec<String> {
         "seckill-redis-acl" => vec!["StatefulSet/seckill-redis".into()],
         "keda-rabbitmq" => vec!["TriggerAuthentication/order-service-rabbitmq".into()],
         other => match other.strip_suffix("-urls") {
-            Some(s) if s != "gateway" && SERVICES.iter().any(|(b, _)| *b == s) => {
+            Some(s) if SERVICES.iter().any(|(b, _)| *b == s) => {
                 vec![format!("Deployment/{s}")]
             }
             _ => Vec::new(),

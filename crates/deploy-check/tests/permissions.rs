@@ -59,6 +59,7 @@ fn redis_use(binary: &str) -> Option<RedisUse> {
     match binary {
         "seckill-service" => Some(seckill_service::gate::REDIS_USE),
         "order-service" => Some(order_service::results::REDIS_USE),
+        "gateway" => Some(gateway::rate_limit::shared::REDIS_USE),
         _ => None,
     }
 }

@@ -19,10 +19,14 @@ use dashmap::DashMap;
 use redis::Script;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts;
-use seckill_infra::redis::Redis;
+use seckill_infra::redis::{Redis, RedisUse};
 
 use super::{Class, Who};
 use crate::configuration::Quota;
+
+/// What the gateway runs on Redis: this one script (its Redis user allows exactly that,
+/// crates/deploy-check). `invoke_async` sends EVALSHA, and SCRIPT LOAD when Redis lost it.
+pub const REDIS_USE: RedisUse = RedisUse { scripts: &[scripts::RATE_LIMIT], commands: &[] };
 
 /// How long a replica decides alone after a failed Redis call before trying again.
 pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
@@ -50,7 +54,7 @@ impl SharedLimits {
         Self {
             redis,
             keys,
-            script: Script::new(scripts::RATE_LIMIT),
+            script: Script::new(REDIS_USE.scripts[0]),
             lease: lease.max(1),
             timeout,
             leases: DashMap::new(),
