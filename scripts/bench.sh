@@ -16,20 +16,30 @@
 #      scripts/up.sh: the four services (as configured: seckill.require_token = true). Then,
 #      for the one-hop baseline, a trivial upstream (seckill-bench upstream, :18083) and a
 #      second gateway (:18080, same binary and config file) whose stock upstream is that
-#      trivial server.
+#      trivial server; its limits stay in its own memory (SECKILL__RATE_LIMIT__SHARED=false),
+#      and its seckill upstream is the system's seckill-service, so the sold-out scenario
+#      clicks through it too: the per-replica limit the shared one is compared with. Then two
+#      gateways with the system gateway's settings (its Redis and key prefix, limits shared):
+#      :18180 with SECKILL__RATE_LIMIT__LEASE=$BENCH_LEASE (4), for the sold-out scenario
+#      with a lease, and :18280 as it is, the system gateway's twin, for one user clicking
+#      over two gateways.
 #   2. Phase A, the system exactly as up.sh started it (path tokens required):
-#      seed, spike, hot-user.
+#      seed, spike, hot-user (600 clicks at 200/s through :8080), hot-user-two-gateways (the same user's clicks
+#      spread over :8080 and the twin :18280; both told the buy class's limit, so the report
+#      sets what got through against burst + rate x elapsed).
 #   3. Phase B: seckill-service alone is restarted with SECKILL__SECKILL__REQUIRE_TOKEN=false
 #      (same binary, config file and servers; its pid goes to run/seckill-service.pid, so
 #      down.sh stops it). Then BENCH_REPEAT times, interleaved so drift hits all alike: the
 #      gateway's /healthz, the trivial upstream alone, the hop, the sold-out scenario (orders
-#      without a path token); then RabbitMQ persistent publishing with confirms, redis-benchmark
+#      without a path token) through the system gateway, through the hop gateway
+#      (sold-out-per-replica; the sale created through :8080) and through the lease gateway
+#      (sold-out-lease); then RabbitMQ persistent publishing with confirms, redis-benchmark
 #      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
 #      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
 #      500 connections) and accept-sustained (open loop at 0.8 x drain's accepted rate);
 #      drain-backlog is drain with the order-service stopped (SIGSTOP) during the load and
 #      resumed at its end, so the consumer's own throughput shows on the backlog.
-#   4. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the second gateway are
+#   4. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the extra gateways are
 #      stopped by their pids (run/bench/*.pid), the services by SECKILL_KEEP_SERVERS=1
 #      scripts/down.sh, the scratch data is removed, then scripts/down.sh stops the servers
 #      ensure_servers started (if any). After an interrupted run, scripts/down.sh stops
@@ -38,7 +48,9 @@
 # Environment: BENCH_QUICK=1 smaller sizes and one run of each baseline; BENCH_REPEAT (default
 # 3, quick 1); BENCH_SECS (seconds of each http and sold-out run: default 8, quick 3);
 # BENCH_UPSTREAM_PORT (18083), BENCH_HOP_PORT (18080), BENCH_HOP_ADMIN_PORT (19080: the hop
-# gateway's admin listener, away from the system gateway's 9080); SECKILL_PG_URL,
+# gateway's admin listener, away from the system gateway's 9080); BENCH_LEASE (4: the lease
+# gateway's rate_limit.lease), BENCH_LEASE_PORT (18180), BENCH_LEASE_ADMIN_PORT (19180),
+# BENCH_TWIN_PORT (18280), BENCH_TWIN_ADMIN_PORT (19280); SECKILL_PG_URL,
 # SECKILL_REDIS_URL, SECKILL_AMQP_URL as for up.sh. It needs psql and redis-cli (for the
 # clean-up). It refuses to start while the system is already up (it needs the configuration it
 # sets). A full run takes about 6 minutes after the build.
@@ -62,6 +74,11 @@ fi
 UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
 HOP_PORT=${BENCH_HOP_PORT:-18080}
 HOP_ADMIN_PORT=${BENCH_HOP_ADMIN_PORT:-19080}
+LEASE=${BENCH_LEASE:-4}
+LEASE_PORT=${BENCH_LEASE_PORT:-18180}
+LEASE_ADMIN_PORT=${BENCH_LEASE_ADMIN_PORT:-19180}
+TWIN_PORT=${BENCH_TWIN_PORT:-18280}
+TWIN_ADMIN_PORT=${BENCH_TWIN_ADMIN_PORT:-19280}
 GW=http://127.0.0.1:8080
 OUT=docs/bench
 BDIR=run/bench
@@ -174,6 +191,8 @@ remove_scratch() {
 cleanup() {
     local rc=$?
     stop_pidfile "$BDIR/gateway-hop.pid" gateway
+    stop_pidfile "$BDIR/gateway-lease.pid" gateway
+    stop_pidfile "$BDIR/gateway-twin.pid" gateway
     stop_pidfile "$BDIR/upstream.pid" seckill-bench
     if ((SYSTEM_UP)); then
         # drain-backlog stops the order-service while it loads: never leave it stopped.
@@ -200,9 +219,9 @@ for name in "${SERVICES[@]}"; do
         die "$name is already running (run/$name.pid): bench.sh starts the system itself with its own settings; stop it first with scripts/down.sh."
     fi
 done
-for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT"; do
+for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT" "$LEASE_PORT" "$LEASE_ADMIN_PORT" "$TWIN_PORT" "$TWIN_ADMIN_PORT"; do
     if _seckill_tcp_open 127.0.0.1 "$port"; then
-        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT."
+        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT / BENCH_LEASE_PORT / BENCH_LEASE_ADMIN_PORT / BENCH_TWIN_PORT / BENCH_TWIN_ADMIN_PORT."
     fi
 done
 for tool in psql redis-cli; do
@@ -233,7 +252,9 @@ say "removing what an interrupted run may have left under the scratch names"
 remove_scratch || die "could not remove an earlier run's scratch data (see above); nothing was started"
 
 say "scripts/up.sh (the four services, databases $STOCK_DB and $ORDER_DB, Redis prefix $REDIS_PREFIX, AMQP prefix $AMQP_PREFIX)"
-scripts/up.sh
+# One replica of each: phase B restarts seckill-service and pauses order-service by their pids.
+env -u SECKILL_REPLICAS_GATEWAY -u SECKILL_REPLICAS_SECKILL -u SECKILL_REPLICAS_ORDER -u SECKILL_REPLICAS_STOCK \
+    SECKILL_REPLICAS=1 scripts/up.sh
 NOTES+=("The release build and scripts/up.sh took $((SECONDS - UP_START)) s before the first measurement.")
 NOTES+=("The run used scratch names, removed by scripts/bench.sh when it ends (and at its start, should an interrupted run have left them): databases $STOCK_DB and $ORDER_DB ($PG_SCRATCH_DB for pgbench), Redis keys ${REDIS_PREFIX}*, queues and exchange ${AMQP_PREFIX}*; orders kept their configured TTL (order.ttl_secs = $ORDER_TTL s). The system's own databases, keys and queues were not touched.")
 
@@ -272,6 +293,37 @@ echo $! >"$BDIR/gateway-hop.pid"
 wait_http "http://127.0.0.1:$HOP_PORT/healthz" "$(cat "$BDIR/gateway-hop.pid")" "the hop gateway"
 HOP_PIDS=(--pid "gateway-hop=$(cat "$BDIR/gateway-hop.pid")" --pid "upstream=$(cat "$BDIR/upstream.pid")")
 
+# Gateways with the system gateway's settings, as up.sh starts it (its Redis, the key prefix
+# exported above: their limits share the system gateway's buckets), on their own ports.
+start_shared_gateway() { # start_shared_gateway NAME PORT ADMIN_PORT [VAR=value...]
+    local name=$1 port=$2 admin=$3
+    shift 3
+    local -a unset
+    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit redis admin trust")
+    nohup env -u SECKILL_CONFIG "${unset[@]}" "SECKILL__HTTP__PORT=$port" "SECKILL__ADMIN__PORT=$admin" \
+        "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "$@" \
+        "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-$name.log" 2>&1 &
+    echo $! >"$BDIR/gateway-$name.pid"
+    wait_http "http://127.0.0.1:$port/healthz" "$(cat "$BDIR/gateway-$name.pid")" "the $name gateway"
+}
+say "gateways sharing the system gateway's limits: :$LEASE_PORT with rate_limit.lease = $LEASE, :$TWIN_PORT as configured"
+start_shared_gateway lease "$LEASE_PORT" "$LEASE_ADMIN_PORT" "SECKILL__RATE_LIMIT__LEASE=$LEASE"
+start_shared_gateway twin "$TWIN_PORT" "$TWIN_ADMIN_PORT"
+LEASE_GW=http://127.0.0.1:$LEASE_PORT
+TWIN_GW=http://127.0.0.1:$TWIN_PORT
+
+# A gateway setting as the system's gateways see it: the environment, else
+# config/gateway.toml, else the gateway's default (gateway/src/configuration.rs).
+gateway_setting() { # gateway_setting SECTION KEY DEFAULT
+    local var=SECKILL__${1^^}__${2^^}
+    var=${var//./__}
+    local v=${!var:-$(toml_value config/gateway.toml "$1" "$2")}
+    printf '%s\n' "${v:-$3}"
+}
+BUY_LIMIT=(--buy-per-sec "$(gateway_setting rate_limit.buy per_sec 5)" --buy-burst "$(gateway_setting rate_limit.buy burst 10)")
+SHARED_SETTINGS=(--gateway-setting "rate_limit.shared=$(gateway_setting rate_limit shared true)"
+    --gateway-setting "rate_limit.lease=$(gateway_setting rate_limit lease 1)")
+
 # ---------------------------------------------------------------------------------------------
 # Measurements. Each writes docs/bench/<name>[.<run>].json; a failed one is noted, not fatal.
 
@@ -293,7 +345,15 @@ external() { "$BENCH" external "$@"; }
 # Phase A: path tokens required, as up.sh starts the system.
 measure seed seed --gateway "$GW" --json "$OUT/seed.json" --chart "$OUT/seed.svg"
 measure spike spike --gateway "$GW" --users "$SPIKE_USERS" --json "$OUT/spike.json" --chart "$OUT/spike.svg"
-measure hot-user hot-user --gateway "$GW" --first-user 900000 --json "$OUT/hot-user.json" --chart "$OUT/hot-user.svg"
+# 600 clicks at 200/s (40 times the default buy limit) for 3 s: long enough that the bucket's
+# refill, not only its burst, is in what the limit lets through.
+HOT=(--clicks 600 --rate 200 "${BUY_LIMIT[@]}" "${SHARED_SETTINGS[@]}")
+measure hot-user hot-user --gateway "$GW" --first-user 900000 "${HOT[@]}" \
+    --json "$OUT/hot-user.json" --chart "$OUT/hot-user.svg"
+# The same clicks over two gateways sharing their limits (another user: a bucket of its own).
+measure hot-user-two-gateways hot-user --name hot-user-two-gateways --gateway "$GW,$TWIN_GW" --first-user 900001 \
+    "${HOT[@]}" --pid "gateway-twin=$(cat "$BDIR/gateway-twin.pid")" \
+    --json "$OUT/hot-user-two-gateways.json"
 
 # Phase B: seckill-service without path tokens (the accepted-buys figures need it).
 say "restarting seckill-service with SECKILL__SECKILL__REQUIRE_TOKEN=false"
@@ -321,7 +381,18 @@ for i in $(seq 1 "$REPEAT"); do
     chart=()
     ((i == 1)) && chart=(--chart "$OUT/sold-out.svg")
     measure "sold-out #$i" sold-out --gateway "$GW" --no-path-token -c 200 --users "$SOLD_USERS" \
-        --duration "$SECS" --first-user $((200000 + i * 20000)) --json "$OUT/sold-out.$i.json" "${chart[@]}"
+        --duration "$SECS" --first-user $((200000 + i * 20000)) "${SHARED_SETTINGS[@]}" \
+        --json "$OUT/sold-out.$i.json" "${chart[@]}"
+    # The same clicks through the hop gateway, whose limits stay in its own memory (its stock
+    # upstream is the trivial server: the sale is created and read back through :8080).
+    measure "sold-out-per-replica #$i" sold-out --name sold-out-per-replica --gateway "http://127.0.0.1:$HOP_PORT" \
+        --admin-gateway "$GW" --no-path-token -c 200 --users "$SOLD_USERS" --duration "$SECS" \
+        --first-user $((5000000 + i * 20000)) --gateway-setting rate_limit.shared=false \
+        --pid "gateway-hop=$(cat "$BDIR/gateway-hop.pid")" --json "$OUT/sold-out-per-replica.$i.json"
+    measure "sold-out-lease #$i" sold-out --name sold-out-lease --gateway "$LEASE_GW" --no-path-token -c 200 \
+        --users "$SOLD_USERS" --duration "$SECS" --first-user $((6000000 + i * 20000)) \
+        --gateway-setting rate_limit.shared=true --gateway-setting "rate_limit.lease=$LEASE" \
+        --pid "gateway-lease=$(cat "$BDIR/gateway-lease.pid")" --json "$OUT/sold-out-lease.$i.json"
 done
 
 for i in $(seq 1 "$REPEAT"); do

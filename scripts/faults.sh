@@ -8,7 +8,9 @@
 #   scripts/faults.sh                every case (about 5 minutes after the build); writes
 #                                    docs/RELIABILITY.md
 #   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; Redis FLUSHALL +
-#                                    CLIENT KILL with requests queued), small sales; writes nothing
+#                                    CLIENT KILL with requests queued; two replicas of every
+#                                    service with one of seckill- and order-service killed),
+#                                    small sales; writes nothing
 #   scripts/faults.sh CASE...        the named cases (`seckill-bench faults --list` names them)
 #   scripts/faults.sh server KIND ACTION
 #                                    controls one private server; the driver calls it.
@@ -26,12 +28,15 @@
 # Erlang cookie), all in run/faults/ (gitignored), because it restarts them, FLUSHALLs Redis and
 # kills connections; and the driver starts the four release binaries on 58080-58083 (gateway,
 # seckill-, order-, stock-service; the gateway's admin listener on 58084) from run/faults/,
-# where no config/ directory is read. At the end (trap) everything is stopped, the logs are
-# kept in run/faults-logs/ and run/faults/ is removed.
+# where no config/ directory is read; a case with replicas runs replica k of each on its port
+# + 10k (pid and log files run/faults/services/<name>.pid for replica 0, <name>-<k>.pid for
+# replica k). At the end (trap) everything is stopped, the logs are kept in run/faults-logs/
+# and run/faults/ is removed.
 #
 # Environment: FAULTS_PG_PORT (55432), FAULTS_REDIS_PORT (56379), FAULTS_AMQP_PORT (55672),
 # FAULTS_RABBITMQ_DIST_PORT (55682; rabbitmqctl uses the ten ports after it), FAULTS_HTTP_PORT
-# (58080: the gateway, the next three the other services, then the gateway's admin listener);
+# (58080: the gateway, the next three the other services, then the gateway's admin listener;
+# replica k of each on its port + 10k, for k up to FAULTS_MAX_REPLICAS - 1);
 # FAULTS_BIN_DIR: use the binaries already built there instead of cargo build --release. Exits
 # non-zero when a case broke an invariant (each violation is named in the output) or the suite
 # could not run.
@@ -56,6 +61,10 @@ REDIS_DIR=$FAULTS_DIR/redis
 RABBIT_DIR=$FAULTS_DIR/rabbitmq
 DRIVER_PID=$FAULTS_DIR/driver.pid
 SERVICES=(gateway seckill-service order-service stock-service)
+# Replica k of a service listens on its port + REPLICA_STEP*k (as with scripts/up.sh); the
+# suite's cases run at most FAULTS_MAX_REPLICAS (crates/bench/src/faults/cases.rs: MAX_REPLICAS).
+REPLICA_STEP=10
+FAULTS_MAX_REPLICAS=2
 
 say() { printf 'faults: %s\n' "$*" >&2; }
 die() {
@@ -257,11 +266,16 @@ stop_pidfile() { # stop_pidfile FILE NAME
     rm -f "$1"
 }
 
-# Everything a run (or an interrupted one) left: the driver, the services, the three servers.
+# Everything a run (or an interrupted one) left: the driver, every replica of the services
+# (gateways first), the three servers.
 stop_all() {
-    local name pid rc=0
+    local name pid f rc=0
     stop_pidfile "$DRIVER_PID" seckill-bench
-    for name in "${SERVICES[@]}"; do stop_pidfile "$FAULTS_DIR/services/$name.pid" "$name"; done
+    for name in "${SERVICES[@]}"; do
+        for f in "$FAULTS_DIR/services/$name.pid" "$FAULTS_DIR/services/$name"-[0-9]*.pid; do
+            if [[ -f $f ]]; then stop_pidfile "$f" "$name"; fi
+        done
+    done
     if [[ -f $REDIS_DIR/redis.pid ]] && seckill_pid_alive "$(cat "$REDIS_DIR/redis.pid")" redis-server; then
         say "stopping the private redis-server (port $FAULTS_REDIS_PORT)"
         redis_stop || rc=1
@@ -379,7 +393,9 @@ port_free "$FAULTS_PG_PORT" "private PostgreSQL, FAULTS_PG_PORT"
 port_free "$FAULTS_REDIS_PORT" "private Redis, FAULTS_REDIS_PORT"
 port_free "$FAULTS_AMQP_PORT" "private RabbitMQ, FAULTS_AMQP_PORT"
 port_free "$FAULTS_RABBITMQ_DIST_PORT" "private RabbitMQ distribution, FAULTS_RABBITMQ_DIST_PORT"
-for i in 0 1 2 3 4; do port_free $((FAULTS_HTTP_PORT + i)) "services, FAULTS_HTTP_PORT"; done
+for ((k = 0; k < FAULTS_MAX_REPLICAS; k++)); do
+    for i in 0 1 2 3 4; do port_free $((FAULTS_HTTP_PORT + REPLICA_STEP * k + i)) "services, FAULTS_HTTP_PORT"; done
+done
 
 binaries
 "$BENCH" faults --list "$@" >/dev/null || die "see above: nothing was started"

@@ -13,8 +13,8 @@ use crate::baseline::{self, AmqpConfig, HttpConfig};
 use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
-use crate::scenario::{self, Scenario, ScenarioConfig};
-use crate::{chart, cleanup, faults, machine};
+use crate::scenario::{self, BuyLimit, Scenario, ScenarioConfig};
+use crate::{chart, cleanup, client, faults, machine};
 
 /// Exit status when a scenario ran but an invariant broke.
 pub const EXIT_INVARIANT: u8 = 3;
@@ -110,9 +110,26 @@ impl Output {
 
 #[derive(Debug, Clone, Args)]
 pub struct ScenarioArgs {
-    /// The gateway's base URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub gateway: String,
+    /// The gateway's base URL, or several, comma-separated: the load's connections are spread
+    /// over them (connection k to the k-th, modulo their number), so one user's clicks go to
+    /// every one of them; the sale is created and read back through the first.
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = gateway_list)]
+    pub gateway: GatewayList,
+    /// Create the sale, mint the tokens and read the sale back through this gateway instead
+    /// of the first --gateway (e.g. when the gateways under load send /api/goods elsewhere).
+    #[arg(long, value_parser = one_gateway)]
+    pub admin_gateway: Option<String>,
+    /// The gateways' limit on the buy routes, tokens per second (`rate_limit.buy.per_sec`):
+    /// with --buy-burst, the report sets the buy calls let through against what it allows.
+    #[arg(long, requires = "buy_burst")]
+    pub buy_per_sec: Option<f64>,
+    /// The gateways' burst on the buy routes (`rate_limit.buy.burst`).
+    #[arg(long, requires = "buy_per_sec")]
+    pub buy_burst: Option<f64>,
+    /// A setting the gateways under load run with, `key=value` (e.g. `rate_limit.lease=4`),
+    /// recorded with the report for the reader (repeatable).
+    #[arg(long = "gateway-setting", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub gateway_settings: Vec<(String, String)>,
     /// Distinct users (sold-out: the pool its clicks cycle through).
     #[arg(long)]
     pub users: Option<u64>,
@@ -169,9 +186,37 @@ pub struct ScenarioArgs {
     pub out: Output,
 }
 
+/// `--gateway`: one base URL or a comma-separated list of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayList(pub Vec<String>);
+
+fn gateway_list(list: &str) -> Result<GatewayList, String> {
+    client::split_gateways(list).map(GatewayList).map_err(|e| format!("{e:#}"))
+}
+
+fn key_value(item: &str) -> Result<(String, String), String> {
+    match item.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("`{item}`: expected key=value")),
+    }
+}
+
+fn one_gateway(url: &str) -> Result<String, String> {
+    match gateway_list(url)?.0.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!("`{url}`: one gateway here, not a list")),
+    }
+}
+
 impl ScenarioArgs {
     pub fn config(&self, scenario: Scenario) -> ScenarioConfig {
-        let mut c = ScenarioConfig::new(scenario, self.gateway.clone());
+        let gateways = self.gateway.0.clone();
+        let admin = self.admin_gateway.clone().or_else(|| gateways.first().cloned()).unwrap_or_default();
+        let mut c = ScenarioConfig::new(scenario, admin);
+        c.click_gateways = gateways;
+        c.buy_limit =
+            self.buy_per_sec.zip(self.buy_burst).map(|(per_sec, burst)| BuyLimit { per_sec, burst });
+        c.gateway_settings = self.gateway_settings.iter().cloned().collect();
         if let Some(v) = &self.name {
             c.name = v.clone();
         }
@@ -676,5 +721,65 @@ mod tests {
         assert_eq!((d.users, d.clicks), (1, Some(1_000)));
         assert!(d.path_token && d.path_token_once);
         assert!(!ScenarioConfig::new(Scenario::Spike, "http://x").path_token_once);
+        assert_eq!(c.gateway, "http://127.0.0.1:8080");
+        assert_eq!(c.click_gateways(), ["http://127.0.0.1:8080"]);
+        assert_eq!(c.buy_limit, None);
+    }
+
+    fn hot_user(args: &[&str]) -> Result<ScenarioConfig, clap::Error> {
+        let cli = Cli::try_parse_from(["seckill-bench", "hot-user"].iter().chain(args))?;
+        let Command::HotUser(a) = cli.command else { panic!("not hot-user") };
+        Ok(a.config(Scenario::HotUser))
+    }
+
+    #[test]
+    fn clicks_go_to_every_gateway_of_a_list() {
+        let c = hot_user(&["--gateway", "http://127.0.0.1:8080,http://127.0.0.1:18280"]).unwrap();
+        assert_eq!(c.click_gateways(), ["http://127.0.0.1:8080", "http://127.0.0.1:18280"]);
+        assert_eq!(c.gateway, "http://127.0.0.1:8080", "the sale goes through the first");
+
+        let c =
+            hot_user(&["--gateway", "http://127.0.0.1:18080", "--admin-gateway", "http://127.0.0.1:8080/"])
+                .unwrap();
+        assert_eq!(
+            (c.gateway.as_str(), c.click_gateways()),
+            ("http://127.0.0.1:8080", vec!["http://127.0.0.1:18080".to_owned()])
+        );
+
+        for bad in [
+            &["--gateway", "http://a:1,,http://b:2"][..],
+            &["--gateway", "http://a:1,http://a:1"],
+            &["--gateway", "127.0.0.1:8080"],
+            &["--admin-gateway", "http://a:1,http://b:2"],
+        ] {
+            let e = hot_user(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_buy_limit_takes_both_figures() {
+        let c = hot_user(&["--buy-per-sec", "5", "--buy-burst", "10"]).unwrap();
+        assert_eq!(c.buy_limit, Some(BuyLimit { per_sec: 5.0, burst: 10.0 }));
+        assert_eq!(c.buy_limit.unwrap().allowance(0.4), 12.0);
+        let e = hot_user(&["--buy-per-sec", "5"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn gateway_settings_are_recorded_as_given() {
+        let c = hot_user(&[
+            "--gateway-setting",
+            "rate_limit.lease=4",
+            "--gateway-setting",
+            "rate_limit.shared = false",
+        ])
+        .unwrap();
+        assert_eq!(c.gateway_settings.get("rate_limit.lease").map(String::as_str), Some("4"));
+        assert_eq!(c.gateway_settings.get("rate_limit.shared").map(String::as_str), Some("false"));
+        for bad in ["rate_limit.lease", "=4"] {
+            let e = hot_user(&["--gateway-setting", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}: {e}");
+        }
     }
 }

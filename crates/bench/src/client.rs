@@ -69,6 +69,27 @@ impl Endpoint {
     }
 }
 
+/// The base URLs of a comma-separated list (`http://a:8080,http://b:8090`), each checked to
+/// be a plain `http://` URL with a host, none twice: the gateways a load's connections are
+/// spread over.
+pub fn split_gateways(list: &str) -> anyhow::Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let host = item.strip_prefix("http://").with_context(|| {
+            format!("`{item}` in `{list}`: each gateway is a http:// URL, the list comma-separated")
+        })?;
+        if host.split('/').next().is_none_or(str::is_empty) {
+            bail!("`{item}` in `{list}` has no host");
+        }
+        let url = item.trim_end_matches('/').to_owned();
+        if out.contains(&url) {
+            bail!("`{url}` is twice in `{list}`");
+        }
+        out.push(url);
+    }
+    Ok(out)
+}
+
 /// One request. Header values are prepared by the caller once (a user's bearer header is
 /// built when its token is minted, not on every click).
 pub struct Req<'a> {
@@ -76,12 +97,14 @@ pub struct Req<'a> {
     pub path: &'a str,
     pub bearer: Option<&'a HeaderValue>,
     pub header: Option<(HeaderName, HeaderValue)>,
+    /// Headers beyond `header` (rare: a request signed as a service, with a path token).
+    pub more_headers: Vec<(HeaderName, HeaderValue)>,
     pub json: Option<Bytes>,
 }
 
 impl<'a> Req<'a> {
     pub fn get(path: &'a str) -> Self {
-        Self { method: Method::GET, path, bearer: None, header: None, json: None }
+        Self { method: Method::GET, path, bearer: None, header: None, more_headers: Vec::new(), json: None }
     }
 
     pub fn post(path: &'a str) -> Self {
@@ -95,6 +118,12 @@ impl<'a> Req<'a> {
 
     pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.header = Some((name, value));
+        self
+    }
+
+    /// One more header, besides the one [`Req::header`] sets.
+    pub fn more_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.more_headers.push((name, value));
         self
     }
 
@@ -210,7 +239,7 @@ impl Conn {
         if let Some(b) = req.bearer {
             builder = builder.header(AUTHORIZATION, b.clone());
         }
-        if let Some((name, value)) = req.header {
+        for (name, value) in req.header.into_iter().chain(req.more_headers) {
             builder = builder.header(name, value);
         }
         let request = builder.body(Full::new(body))?;
@@ -236,5 +265,24 @@ mod tests {
         assert_eq!(e.path(""), "/api/goods");
         assert!(Endpoint::parse("https://example.com").is_err());
         assert!(Endpoint::parse("http://").is_err());
+    }
+
+    #[test]
+    fn a_gateway_list_is_split_and_checked() {
+        assert_eq!(split_gateways("http://127.0.0.1:8080").unwrap(), ["http://127.0.0.1:8080"]);
+        assert_eq!(
+            split_gateways("http://127.0.0.1:8080, http://127.0.0.1:18280/").unwrap(),
+            ["http://127.0.0.1:8080", "http://127.0.0.1:18280"]
+        );
+        let err = |list: &str| split_gateways(list).unwrap_err().to_string();
+        assert!(
+            err("http://a:1,,http://b:2").contains("each gateway is a http:// URL"),
+            "{}",
+            err("http://a:1,,")
+        );
+        assert!(err("http://a:1,https://b:2").contains("`https://b:2`"));
+        assert!(err("http://a:1,http://").contains("has no host"));
+        assert!(err("http://a:1,http://a:1/").contains("is twice"));
+        assert!(err("").contains("each gateway is a http:// URL"));
     }
 }

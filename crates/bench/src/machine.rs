@@ -284,30 +284,21 @@ mod tests {
 
     #[test]
     fn a_baseline_counts_the_servers_it_does_not_use_as_disturbance() {
-        let proc = |name: &str, ticks: u64| (name.to_owned(), ticks);
-        let at = Instant::now();
-        let a = CpuSnapshot {
+        // Pids 1 and 3 are both named gateway; only pid 1 is tracked.
+        let snapshot = |at, busy, total, [gateway, postgres, other_gateway]: [u64; 3]| CpuSnapshot {
             at,
-            busy: 0,
-            total: 0,
+            busy,
+            total,
             ticks_per_sec: 100,
             procs: HashMap::from([
-                (1, proc("gateway", 0)),
-                (2, proc("postgres", 0)),
-                (3, proc("gateway", 0)),
+                (1, ("gateway".to_owned(), gateway)),
+                (2, ("postgres".to_owned(), postgres)),
+                (3, ("gateway".to_owned(), other_gateway)),
             ]),
         };
-        let b = CpuSnapshot {
-            at: at + std::time::Duration::from_secs(1),
-            busy: 150,
-            total: 200,
-            ticks_per_sec: 100,
-            procs: HashMap::from([
-                (1, proc("gateway", 100)),
-                (2, proc("postgres", 30)),
-                (3, proc("gateway", 20)),
-            ]),
-        };
+        let at = Instant::now();
+        let a = snapshot(at, 0, 0, [0, 0, 0]);
+        let b = snapshot(at + std::time::Duration::from_secs(1), 150, 200, [100, 30, 20]);
         let tracked = vec![ProcTarget { name: "gateway".into(), pid: 1 }];
         let r = cpu_between(&a, &b, &Involved::only(&["gateway", "seckill-bench"], tracked.clone()));
         assert!((r.others_cores - 0.5).abs() < 1e-9, "{r:?}");

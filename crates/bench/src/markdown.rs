@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::invariants::Check;
 use crate::machine::{MachineFacts, ProcCpu};
 use crate::memory::ProcMemory;
-use crate::report::{BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
+use crate::report::{BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report};
 use crate::stats::CallStats;
 
 pub const KIND_EXTERNAL: &str = "external";
@@ -33,7 +33,13 @@ pub mod names {
     pub const SEED: &str = "seed";
     pub const SPIKE: &str = "spike";
     pub const HOT_USER: &str = "hot-user";
+    /// hot-user with its clicks spread over two gateways sharing their limits.
+    pub const HOT_USER_TWO: &str = "hot-user-two-gateways";
     pub const SOLD_OUT: &str = "sold-out";
+    /// sold-out through a gateway whose limits stay in its own memory (`rate_limit.shared = false`).
+    pub const SOLD_OUT_PER_REPLICA: &str = "sold-out-per-replica";
+    /// sold-out through a gateway sharing its limits with a lease of several tokens.
+    pub const SOLD_OUT_LEASE: &str = "sold-out-lease";
     pub const DRAIN: &str = "drain";
     pub const DRAIN_BACKLOG: &str = "drain-backlog";
     pub const ACCEPT_AT_RATE: &str = "accept-at-rate";
@@ -194,6 +200,35 @@ pub fn targets(c: &Collected) -> Vec<Target> {
             }
         }
         _ => missing("sold-out path through the gateway vs one plain hop", ">= 0.8"),
+    });
+    t.push(vs_per_replica(c, SOLD_OUT, "sold-out path, shared limit vs per-replica limit".into()));
+    if let Some((l, _)) = c.report(SOLD_OUT_LEASE) {
+        let lease = gateway_setting(l, "rate_limit.lease").unwrap_or("?");
+        let what = format!("sold-out path, shared limit with lease {lease} vs per-replica limit");
+        t.push(vs_per_replica(c, SOLD_OUT_LEASE, what));
+    }
+    t.push(match (c.report(HOT_USER_TWO), c.report(HOT_USER)) {
+        (Some((two, _)), one) if limit_of(two).is_some() => {
+            let l = limit_of(two).cloned().unwrap_or_default();
+            let n = two.buy.as_ref().map_or(0, |b| b.by_gateway.len());
+            let one = one.and_then(|(r, _)| limit_of(r)).map_or(String::new(), |o| {
+                format!("; one gateway: {} of {} in {:.3} s, allowance {:.1}", o.let_through, o.calls, o.elapsed_s, o.allowance)
+            });
+            Target {
+                what: format!(
+                    "one user's clicks over {n} gateways sharing their limits: buy calls let through (not 429) vs the limit's allowance (burst + rate x elapsed)"
+                ),
+                measured: format!("{} of {} in {:.3} s", l.let_through, l.calls, l.elapsed_s),
+                against: format!("allowance {:.1}{one}", l.allowance),
+                ratio: Some(l.let_through as f64 / l.allowance.max(1e-9)),
+                goal: "<= 1".into(),
+                met: Some(l.held()),
+            }
+        }
+        _ => missing(
+            "one user's clicks over two gateways sharing their limits: buy calls let through vs the limit's allowance",
+            "<= 1",
+        ),
     });
 
     let drain = c.report(DRAIN);
@@ -371,6 +406,34 @@ fn open_loop_p99(r: &Report, rate_is: &str) -> Target {
     }
 }
 
+/// A sold-out run against the same scenario through a gateway whose limits are per replica:
+/// what sharing the limits costs on the sold-out path. The issue's goal: within 10%.
+fn vs_per_replica(c: &Collected, name: &str, what: String) -> Target {
+    match (c.report(name), c.report(names::SOLD_OUT_PER_REPLICA)) {
+        (Some((s, sr)), Some((p, pr))) => {
+            let ratio = s.load_per_sec() / p.load_per_sec().max(1e-9);
+            Target {
+                what,
+                measured: format!("{} req/s{}", n0(s.load_per_sec()), runs_text(&sr)),
+                against: format!("per-replica limit {} req/s{}", n0(p.load_per_sec()), runs_text(&pr)),
+                ratio: Some(ratio),
+                goal: ">= 0.9".into(),
+                met: Some(ratio >= 0.9),
+            }
+        }
+        _ => missing(&what, ">= 0.9"),
+    }
+}
+
+/// A setting the run's gateways had, as the run recorded it (`--gateway-setting`).
+fn gateway_setting<'a>(r: &'a Report, key: &str) -> Option<&'a str> {
+    r.params.get("gateway_settings")?.get(key)?.as_str()
+}
+
+fn limit_of(r: &Report) -> Option<&LimitCheck> {
+    r.buy.as_ref()?.limit.as_ref()
+}
+
 fn missing(what: &str, goal: &str) -> Target {
     Target {
         what: what.into(),
@@ -416,6 +479,7 @@ struct Page<'a> {
     scenarios: Vec<ScenarioView<'a>>,
     cost: Option<CostTable<'a>>,
     limits: Limits,
+    shared_limits: SharedLimits<'a>,
     cpu_by_measurement: Vec<NamedCpu<'a>>,
     /// Tool versions, `|` kept out of the table.
     versions: Vec<(String, String)>,
@@ -434,6 +498,7 @@ impl<'a> Page<'a> {
             scenarios: scenarios(c),
             cost: CostTable::new(c),
             limits: Limits::new(c),
+            shared_limits: SharedLimits::new(c),
             cpu_by_measurement: c
                 .reports
                 .iter()
@@ -613,7 +678,19 @@ struct ScenarioView<'a> {
 /// The scenarios in the order they ran (others after them, by name).
 fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
     use names::*;
-    let order = [SEED, SPIKE, HOT_USER, SOLD_OUT, DRAIN, DRAIN_BACKLOG, ACCEPT_AT_RATE, ACCEPT_SUSTAINED];
+    let order = [
+        SEED,
+        SPIKE,
+        HOT_USER,
+        HOT_USER_TWO,
+        SOLD_OUT,
+        SOLD_OUT_PER_REPLICA,
+        SOLD_OUT_LEASE,
+        DRAIN,
+        DRAIN_BACKLOG,
+        ACCEPT_AT_RATE,
+        ACCEPT_SUSTAINED,
+    ];
     let mut names: Vec<&String> =
         c.reports.iter().filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO)).map(|(n, _)| n).collect();
     names.sort_by_key(|n| order.iter().position(|o| o == n).unwrap_or(order.len()));
@@ -696,6 +773,8 @@ impl<'a> CostTable<'a> {
         let cols: Vec<(&'static str, &Report)> = [
             (HOP, "hop (per GET)"),
             (SOLD_OUT, "sold-out (per 410)"),
+            (SOLD_OUT_PER_REPLICA, "sold-out, per-replica limit (per 410)"),
+            (SOLD_OUT_LEASE, "sold-out, lease (per 410)"),
             (DRAIN, "drain (per accepted order, consumer running)"),
             (DRAIN_BACKLOG, "drain-backlog load (per accepted order, consumer paused)"),
         ]
@@ -744,6 +823,103 @@ fn us_per_request(r: &Report, name: &str) -> f64 {
 /// Machine-wide CPU microseconds per request of a run (busy x cores / rate).
 fn total_us(r: &Report) -> f64 {
     r.cpu.as_ref().map_or(0.0, |c| c.busy * c.cores as f64) * 1e6 / r.load_per_sec().max(1e-9)
+}
+
+/// The limits shared across gateways: what sharing costs on the sold-out path, and what one
+/// user gets through one gateway and through two.
+#[derive(Serialize)]
+struct SharedLimits<'a> {
+    sold_out: Vec<SoldOutVariant<'a>>,
+    hot_user: Vec<HotUserLimit<'a>>,
+}
+
+/// One way of limiting, on the sold-out path.
+#[derive(Serialize)]
+struct SoldOutVariant<'a> {
+    name: &'static str,
+    gateway: &'a str,
+    /// `key=value, ...` as the run recorded them.
+    settings: String,
+    per_sec: f64,
+    runs: Vec<f64>,
+    p99_ms: Option<f64>,
+    /// CPU microseconds per click: every process named gateway, and Redis.
+    gateway_us: Option<f64>,
+    redis_us: Option<f64>,
+    /// To the per-replica run.
+    ratio: Option<f64>,
+}
+
+/// One user hammering the buy button, through one or more gateways.
+#[derive(Serialize)]
+struct HotUserLimit<'a> {
+    name: &'static str,
+    gateways: Vec<&'a str>,
+    clicks: u64,
+    limit: &'a LimitCheck,
+    /// `(gateway, clicks, let through)` when the clicks went to more than one.
+    by_gateway: Vec<(&'a str, u64, u64)>,
+}
+
+impl<'a> SharedLimits<'a> {
+    fn new(c: &'a Collected) -> Self {
+        use names::*;
+        let per_replica = c.report(SOLD_OUT_PER_REPLICA).map(|(r, _)| r.load_per_sec());
+        let sold_out = [SOLD_OUT_PER_REPLICA, SOLD_OUT, SOLD_OUT_LEASE]
+            .into_iter()
+            .filter_map(|name| {
+                let (r, runs) = c.report(name)?;
+                let settings = r
+                    .params
+                    .get("gateway_settings")
+                    .and_then(|v| v.as_object())
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("?")))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+                    .join(", ");
+                let gateway = r
+                    .params
+                    .get("gateways")
+                    .and_then(|g| g.get(0))
+                    .or_else(|| r.params.get("gateway"))
+                    .and_then(|g| g.as_str())
+                    .unwrap_or("?");
+                Some(SoldOutVariant {
+                    name,
+                    gateway,
+                    settings,
+                    per_sec: r.load_per_sec(),
+                    runs: repeated(runs),
+                    p99_ms: r.row("order", "all").map(|x| x.latency.p99_ms),
+                    gateway_us: r.cpu.as_ref().map(|_| us_per_request(r, "gateway")),
+                    redis_us: r.cpu.as_ref().map(|_| us_per_request(r, "redis-server")),
+                    ratio: per_replica
+                        .filter(|_| name != SOLD_OUT_PER_REPLICA)
+                        .map(|p| r.load_per_sec() / p.max(1e-9)),
+                })
+            })
+            .collect();
+        let hot_user = [HOT_USER, HOT_USER_TWO]
+            .into_iter()
+            .filter_map(|name| {
+                let (r, _) = c.report(name)?;
+                let buy = r.buy.as_ref()?;
+                let by_gateway: Vec<(&str, u64, u64)> =
+                    buy.by_gateway.iter().map(|g| (g.gateway.as_str(), g.clicks, g.let_through())).collect();
+                Some(HotUserLimit {
+                    name,
+                    gateways: by_gateway.iter().map(|g| g.0).collect(),
+                    clicks: buy.clicks,
+                    limit: buy.limit.as_ref()?,
+                    by_gateway: if by_gateway.len() > 1 { by_gateway } else { Vec::new() },
+                })
+            })
+            .collect();
+        Self { sold_out, hot_user }
+    }
 }
 
 /// What stands in the way of the missed targets: the figures the template explains them with.
@@ -920,7 +1096,8 @@ mod tests {
         assert_eq!(sold.met, Some(true));
         assert!(sold.against.contains("10,000"), "{sold:?}");
         assert!(sold.against.contains("runs: 9,000, 20,000, 10,000"), "{sold:?}");
-        assert_eq!(t[1].met, None);
+        let per_replica = t.iter().find(|t| t.what.contains("per-replica limit")).unwrap();
+        assert_eq!((per_replica.measured.as_str(), per_replica.met), ("not measured", None));
         let md = render(&c).unwrap();
         assert!(md.contains("| sold-out path through the gateway vs one plain hop |"), "{md}");
     }
@@ -993,6 +1170,112 @@ mod tests {
         }
         assert!(!md.contains("{{") && !md.contains("{%") && !md.contains("\n\n\n"), "{md}");
         assert!(md.ends_with("```\n"));
+    }
+
+    /// A sold-out run through a gateway recorded with these settings.
+    fn sold_out(name: &str, per_sec: f64, settings: serde_json::Value) -> Report {
+        let mut r = report(KIND_SCENARIO, name, "order", per_sec);
+        r.params = serde_json::json!({"gateways": ["http://127.0.0.1:18080"], "gateway_settings": settings});
+        r
+    }
+
+    #[test]
+    fn the_shared_limit_is_compared_to_a_per_replica_one() {
+        let mut c = Collected::default();
+        let mut add = |r: Report| c.reports.entry(r.name.clone()).or_default().push(r);
+        for v in [9_000.0, 10_000.0, 11_000.0] {
+            add(sold_out(names::SOLD_OUT_PER_REPLICA, v, serde_json::json!({"rate_limit.shared": "false"})));
+        }
+        for v in [8_000.0, 9_500.0, 8_800.0] {
+            add(sold_out(names::SOLD_OUT, v, serde_json::json!({})));
+        }
+        add(sold_out(names::SOLD_OUT_LEASE, 9_900.0, serde_json::json!({"rate_limit.lease": "4"})));
+        let t = targets(&c);
+        let shared = t.iter().find(|t| t.what == "sold-out path, shared limit vs per-replica limit").unwrap();
+        assert_eq!(shared.ratio, Some(0.88));
+        assert_eq!((shared.goal.as_str(), shared.met), (">= 0.9", Some(false)));
+        assert_eq!(shared.measured, "8,800 req/s (runs: 8,000, 9,500, 8,800)");
+        assert_eq!(shared.against, "per-replica limit 10,000 req/s (runs: 9,000, 10,000, 11,000)");
+        let lease = t.iter().find(|t| t.what.contains("lease 4 vs per-replica")).unwrap();
+        assert_eq!((lease.ratio, lease.met), (Some(0.99), Some(true)));
+        let md = render(&c).unwrap();
+        assert!(md.contains("| sold-out path, shared limit vs per-replica limit | 8,800 req/s"), "{md}");
+        assert!(md.contains("\n## Rate limits shared across gateways\n"), "{md}");
+        assert!(
+            md.contains("| sold-out-lease | http://127.0.0.1:18080 | rate_limit.lease=4 | 9,900 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| sold-out-per-replica | http://127.0.0.1:18080 | rate_limit.shared=false | 10,000 (runs:"
+            ),
+            "{md}"
+        );
+    }
+
+    /// A hot-user run whose clicks went to `gateways`, `let_through` of them past the limit.
+    fn hot_user(name: &str, gateways: &[&str], let_through: u64, elapsed_s: f64) -> Report {
+        let mut r = report(KIND_SCENARIO, name, "order", 1_000.0);
+        let split = gateways.len() as u64;
+        let limit = LimitCheck {
+            per_sec: 5.0,
+            burst: 10.0,
+            users: 1,
+            elapsed_s,
+            allowance: 10.0 + 5.0 * elapsed_s,
+            calls: 1_000,
+            let_through,
+            unanswered: 0,
+        };
+        r.buy = Some(BuySummary {
+            users: 1,
+            clicks: 1_000,
+            by_gateway: gateways
+                .iter()
+                .map(|g| crate::report::GatewayClicks {
+                    gateway: (*g).into(),
+                    clicks: 1_000 / split,
+                    rate_limited: (1_000 - let_through) / split,
+                })
+                .collect(),
+            limit: Some(limit),
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn two_gateways_let_one_user_through_no_more_than_the_limit_allows() {
+        let mut c = Collected::default();
+        let one = hot_user(names::HOT_USER, &["http://127.0.0.1:8080"], 11, 0.25);
+        c.reports.entry(names::HOT_USER.into()).or_default().push(one);
+        let two =
+            hot_user(names::HOT_USER_TWO, &["http://127.0.0.1:8080", "http://127.0.0.1:18280"], 12, 0.4);
+        c.reports.entry(names::HOT_USER_TWO.into()).or_default().push(two.clone());
+        let t = targets(&c);
+        let row = t.iter().find(|t| t.what.starts_with("one user's clicks over 2 gateways")).unwrap();
+        assert_eq!((row.met, row.ratio), (Some(true), Some(1.0)));
+        assert_eq!(row.measured, "12 of 1000 in 0.400 s");
+        assert_eq!(row.against, "allowance 12.0; one gateway: 11 of 1000 in 0.250 s, allowance 11.2");
+        let md = render(&c).unwrap();
+        assert!(
+            md.contains("| hot-user-two-gateways | http://127.0.0.1:8080, http://127.0.0.1:18280 | 1,000 | 12 | 0.400 s | 10 + 5 x 0.400 = 12.0 | http://127.0.0.1:8080: 500 / 6; http://127.0.0.1:18280: 500 / 6 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| hot-user | http://127.0.0.1:8080 | 1,000 | 11 | 0.250 s | 10 + 5 x 0.250 = 11.2 | - |"
+            ),
+            "{md}"
+        );
+
+        // One more call than the buckets hold: the limit did not hold across the gateways.
+        let mut leaky = two;
+        leaky.buy.as_mut().unwrap().limit.as_mut().unwrap().let_through = 13;
+        c.reports.insert(names::HOT_USER_TWO.into(), vec![leaky]);
+        let t = targets(&c);
+        let row = t.iter().find(|t| t.what.starts_with("one user's clicks over 2 gateways")).unwrap();
+        assert_eq!(row.met, Some(false));
     }
 
     #[test]

@@ -64,6 +64,55 @@ pub struct BuySummary {
     /// Clicks that did not end in 202, by the outcome of their last call.
     pub refused: BTreeMap<String, u64>,
     pub polls: u64,
+    /// The clicks per gateway the load went to, in the order they were given.
+    #[serde(default)]
+    pub by_gateway: Vec<GatewayClicks>,
+    /// The buy routes' rate limit against what it let through (when the run was told the
+    /// limit the gateways had).
+    #[serde(default)]
+    pub limit: Option<LimitCheck>,
+}
+
+/// One gateway's share of a load's clicks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GatewayClicks {
+    pub gateway: String,
+    pub clicks: u64,
+    /// Clicks it refused with 429 (its rate limit).
+    pub rate_limited: u64,
+}
+
+impl GatewayClicks {
+    /// Clicks answered by something else than the rate limit's 429.
+    pub fn let_through(&self) -> u64 {
+        self.clicks - self.rate_limited
+    }
+}
+
+/// Calls on the buy routes (path tokens and orders) a rate limit let through, against what
+/// its buckets allow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitCheck {
+    /// The limit: tokens per second and burst of each user's bucket.
+    pub per_sec: f64,
+    pub burst: f64,
+    pub users: u64,
+    /// First buy call's start to the last one's answer.
+    pub elapsed_s: f64,
+    /// `users x (burst + per_sec x elapsed_s)`: the most the buckets let through in that time.
+    pub allowance: f64,
+    pub calls: u64,
+    /// Calls answered with anything but 429 (and answered at all).
+    pub let_through: u64,
+    /// Calls without an answer (connection error, timeout).
+    pub unanswered: u64,
+}
+
+impl LimitCheck {
+    /// The limit held: no more got through than the buckets allow.
+    pub fn held(&self) -> bool {
+        self.let_through as f64 <= self.allowance
+    }
 }
 
 /// How fast the accepted requests became orders.
@@ -192,6 +241,29 @@ impl Report {
                 b.stock,
                 b.stock_available.map_or("unknown".into(), |s| s.to_string())
             );
+            if b.by_gateway.len() > 1 {
+                let split: Vec<String> = b
+                    .by_gateway
+                    .iter()
+                    .map(|g| format!("{} {} clicks, {} let through", g.gateway, g.clicks, g.let_through()))
+                    .collect();
+                let _ = writeln!(out, "per gateway: {}", split.join("; "));
+            }
+            if let Some(l) = &b.limit {
+                let _ = writeln!(
+                    out,
+                    "buy limit {}/s burst {}: {} of {} buy calls let through (not 429) in {:.3} s, allowance {:.1} for {} user(s){}{}",
+                    l.per_sec,
+                    l.burst,
+                    l.let_through,
+                    l.calls,
+                    l.elapsed_s,
+                    l.allowance,
+                    l.users,
+                    if l.unanswered > 0 { format!(", {} unanswered", l.unanswered) } else { String::new() },
+                    if l.held() { "" } else { " (MORE THAN THE LIMIT ALLOWS)" }
+                );
+            }
         }
         if let Some(d) = self.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0) {
             let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3} s"));

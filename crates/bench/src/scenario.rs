@@ -26,7 +26,7 @@ use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event, outcome_label};
-use crate::report::{self, BuySummary, DrainSummary, KIND_SCENARIO, Report};
+use crate::report::{self, BuySummary, DrainSummary, GatewayClicks, KIND_SCENARIO, LimitCheck, Report};
 use crate::signal::{self, Signal};
 use crate::stats;
 
@@ -64,7 +64,18 @@ pub struct ScenarioConfig {
     pub scenario: Scenario,
     /// The report's name (default: the scenario's).
     pub name: String,
+    /// The gateway the sale is created and read back through, and the users' tokens minted.
     pub gateway: String,
+    /// The gateways the load goes to: load connection k to the k-th of them (modulo their
+    /// number), so one user's clicks are spread over them; the result polls go to the first.
+    /// Empty: `gateway`.
+    pub click_gateways: Vec<String>,
+    /// The gateways' limit on the buy routes (`rate_limit.buy`), when the run is told it: the
+    /// report then sets the calls the limit let through against what it allows.
+    pub buy_limit: Option<BuyLimit>,
+    /// Settings the gateways under load run with (`rate_limit.lease` = `4`...), as the caller
+    /// says: recorded with the report, for the reader.
+    pub gateway_settings: BTreeMap<String, String>,
     /// Distinct users (for `sold-out`: the pool the clicks cycle through).
     pub users: u64,
     pub stock: i64,
@@ -115,6 +126,9 @@ impl ScenarioConfig {
             scenario,
             name: scenario.name().into(),
             gateway: gateway.into(),
+            click_gateways: Vec::new(),
+            buy_limit: None,
+            gateway_settings: BTreeMap::new(),
             users,
             stock,
             connections,
@@ -137,6 +151,26 @@ impl ScenarioConfig {
         };
         cfg.poll_connections = default_poll_connections(cfg.connections);
         cfg
+    }
+
+    /// The gateways the load goes to.
+    pub fn click_gateways(&self) -> Vec<String> {
+        if self.click_gateways.is_empty() { vec![self.gateway.clone()] } else { self.click_gateways.clone() }
+    }
+}
+
+/// A per-user token bucket's settings: `per_sec` tokens a second, at most `burst` saved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BuyLimit {
+    pub per_sec: f64,
+    pub burst: f64,
+}
+
+impl BuyLimit {
+    /// The most calls one user can get through in `elapsed_s` seconds: a full bucket at the
+    /// start, then the refill.
+    pub fn allowance(self, elapsed_s: f64) -> f64 {
+        self.burst + self.per_sec * elapsed_s
     }
 }
 
@@ -204,6 +238,8 @@ enum PathTokens {
 #[derive(Debug, Clone, Copy)]
 struct Click {
     user: usize,
+    /// Which of the click gateways answered it.
+    gateway: usize,
     /// The status of the last call the click made (the path token's when it was refused).
     last: Call,
     status: u16,
@@ -249,7 +285,9 @@ struct Sale {
 
 /// The connections the timed phase clicks and polls on, and its path tokens.
 struct Clicking {
+    /// Connection k to click gateway k modulo `gateways`.
     conns: Vec<Conn>,
+    gateways: usize,
     poll_conns: Vec<Conn>,
     path_tokens: PathTokens,
 }
@@ -259,13 +297,19 @@ struct Clicking {
 /// fetched.
 async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
     let endpoint = Endpoint::parse(&cfg.gateway)?;
+    let click_endpoints =
+        cfg.click_gateways().iter().map(|g| Endpoint::parse(g)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut admin = Conn::new(endpoint.clone(), cfg.request_timeout);
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
-    let goods_id = create_sale(&mut admin, &admin_token, cfg).await?.id.get();
+    let label = format!("bench {}", cfg.name);
+    let goods =
+        create_sale(&mut admin, &admin_token, &label, cfg.stock, chrono::Duration::seconds(5)).await?;
+    let goods_id = goods.id.get();
     let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
     let tokens = Arc::new(mint_tokens(&endpoint, &user_ids, cfg).await?);
-    let mut conns = Conn::open_many(&endpoint, cfg.connections, cfg.request_timeout).await?;
-    let poll_conns = Conn::open_many(&endpoint, cfg.poll_connections.max(1), cfg.request_timeout).await?;
+    let mut conns = open_spread(&click_endpoints, cfg.connections, cfg.request_timeout).await?;
+    let poll_conns =
+        Conn::open_many(&click_endpoints[0], cfg.poll_connections.max(1), cfg.request_timeout).await?;
     let mut sale = Sale {
         admin,
         goods_id,
@@ -282,7 +326,19 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
         ));
     }
     let path_tokens = choose_path_tokens(cfg, &mut conns[0], &mut sale).await?;
-    Ok((sale, Clicking { conns, poll_conns, path_tokens }))
+    Ok((sale, Clicking { conns, gateways: click_endpoints.len(), poll_conns, path_tokens }))
+}
+
+/// `n` connections spread over `endpoints`: connection k to endpoint k modulo their number.
+async fn open_spread(endpoints: &[Arc<Endpoint>], n: usize, timeout: Duration) -> anyhow::Result<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(n);
+    for k in 0..n {
+        let endpoint = &endpoints[k % endpoints.len()];
+        let mut c = Conn::new(endpoint.clone(), timeout);
+        c.connect().await.with_context(|| format!("connecting to {}", endpoint.addr()))?;
+        conns.push(c);
+    }
+    Ok(conns)
 }
 
 /// Where the clicks' path tokens come from; with `path_token_once` they are fetched now.
@@ -376,7 +432,7 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
         path_tokens: clicking.path_tokens,
         done: progress.counter.clone(),
     };
-    let load = click_on_every_connection(clicking.conns, clicker).await?;
+    let load = click_on_every_connection(clicking.conns, clicking.gateways, clicker).await?;
     let load_end_us = clock.now_us();
     paused.resume();
     let cpu = watch.cpu(&Involved::system(cfg.procs.clone()));
@@ -400,10 +456,15 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
 }
 
 /// One [`buy_worker`] per connection until the click source runs dry; their outcomes merged.
-async fn click_on_every_connection(conns: Vec<Conn>, clicker: Clicker) -> anyhow::Result<WorkerOut> {
+/// Connection k goes to click gateway k modulo `gateways` (as [`open_spread`] opened them).
+async fn click_on_every_connection(
+    conns: Vec<Conn>,
+    gateways: usize,
+    clicker: Clicker,
+) -> anyhow::Result<WorkerOut> {
     let mut workers = JoinSet::new();
-    for conn in conns {
-        workers.spawn(buy_worker(conn, clicker.clone()));
+    for (k, conn) in conns.into_iter().enumerate() {
+        workers.spawn(buy_worker(conn, k % gateways.max(1), clicker.clone()));
     }
     // The poller stops waiting for arrivals once the last worker's sender is gone.
     drop(clicker);
@@ -552,6 +613,47 @@ fn buy_summary(
         still_queued: count_result(FinalState::Queued),
         refused,
         polls: timed.polled.events.len() as u64,
+        by_gateway: by_gateway(&cfg.click_gateways(), &timed.clicks),
+        limit: cfg.buy_limit.map(|l| limit_check(l, &timed.events, cfg.users)),
+    }
+}
+
+/// Clicks, and those the gateway's rate limit refused (429), per click gateway.
+fn by_gateway(gateways: &[String], clicks: &[Click]) -> Vec<GatewayClicks> {
+    gateways
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            let mine = clicks.iter().filter(|c| c.gateway == k);
+            GatewayClicks {
+                gateway: g.clone(),
+                clicks: mine.clone().count() as u64,
+                rate_limited: mine.filter(|c| c.status == 429).count() as u64,
+            }
+        })
+        .collect()
+}
+
+/// The buy-route calls of the load (path tokens and orders) the limit let through, against
+/// what it allows `users` users from the first such call's start to the last one's answer. A
+/// call without an answer (connection error, timeout) is counted apart: nobody knows what the
+/// limit did with it.
+fn limit_check(limit: BuyLimit, events: &[Event], users: u64) -> LimitCheck {
+    let buy = events.iter().filter(|e| matches!(e.call, Call::Order | Call::PathToken));
+    let first = buy.clone().map(Event::start_us).min().unwrap_or(0);
+    let elapsed_s = secs(buy.clone().map(|e| e.end_us).max().unwrap_or(0).saturating_sub(first));
+    let unanswered = buy.clone().filter(|e| matches!(e.status, STATUS_ERROR | STATUS_TIMEOUT)).count() as u64;
+    let rate_limited = buy.clone().filter(|e| e.status == 429).count() as u64;
+    let calls = buy.count() as u64;
+    LimitCheck {
+        per_sec: limit.per_sec,
+        burst: limit.burst,
+        users,
+        elapsed_s,
+        allowance: users as f64 * limit.allowance(elapsed_s),
+        calls,
+        let_through: calls - rate_limited - unanswered,
+        unanswered,
     }
 }
 
@@ -617,6 +719,9 @@ fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -> serde_jso
     json!({
         "scenario": cfg.scenario.name(),
         "gateway": cfg.gateway,
+        "gateways": cfg.click_gateways(),
+        "buy_limit": cfg.buy_limit,
+        "gateway_settings": cfg.gateway_settings,
         "users": cfg.users,
         "stock": cfg.stock,
         "connections": cfg.connections,
@@ -682,14 +787,14 @@ struct Clicker {
 }
 
 /// One load connection: clicks as the source hands them out until it runs dry.
-async fn buy_worker(mut conn: Conn, clicker: Clicker) -> WorkerOut {
+async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerOut {
     let mut out = WorkerOut::default();
     let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
     while let Some((user, scheduled)) = clicker.source.next() {
         if let Some(at) = scheduled {
             tokio::time::sleep_until(at.into()).await;
         }
-        let click = clicker.click(&mut conn, &token_header, user, scheduled, &mut out.events).await;
+        let click = clicker.click(&mut conn, gateway, &token_header, user, scheduled, &mut out.events).await;
         out.clicks.push(click);
         clicker.done.fetch_add(1, Ordering::Relaxed);
     }
@@ -702,6 +807,7 @@ impl Clicker {
     async fn click(
         &self,
         conn: &mut Conn,
+        gateway: usize,
         token_header: &HeaderName,
         user: usize,
         scheduled: Option<Instant>,
@@ -719,6 +825,7 @@ impl Clicker {
                 if a.status != 200 {
                     return Click {
                         user,
+                        gateway,
                         last: Call::PathToken,
                         status: a.status,
                         answered_us: self.clock.us(end),
@@ -741,7 +848,7 @@ impl Clicker {
         if a.status == 202 {
             let _ = self.accepted.send((user, answered_us));
         }
-        Click { user, last: Call::Order, status: a.status, answered_us }
+        Click { user, gateway, last: Call::Order, status: a.status, answered_us }
     }
 }
 
@@ -1083,14 +1190,22 @@ pub async fn dev_token(conn: &mut Conn, user: i64, role: &str) -> anyhow::Result
     Ok(serde_json::from_slice::<TokenResponse>(&a.body)?.token)
 }
 
-async fn create_sale(conn: &mut Conn, admin: &str, cfg: &ScenarioConfig) -> anyhow::Result<Goods> {
+/// Creates a sale of `units` named "<label> <time>" that opened `opened_ago` before now
+/// (`POST /api/admin/goods` as `admin`); the fault suite creates its sales the same way.
+pub(crate) async fn create_sale(
+    conn: &mut Conn,
+    admin: &str,
+    label: &str,
+    units: i64,
+    opened_ago: chrono::Duration,
+) -> anyhow::Result<Goods> {
     let now = Utc::now();
     let body = NewGoods {
-        name: format!("bench {} {}", cfg.name, now.format("%H:%M:%S")),
+        name: format!("{label} {}", now.format("%H:%M:%S")),
         price_cents: 99_900,
         seckill_price_cents: 49_900,
-        stock_total: cfg.stock,
-        start_at: now - chrono::Duration::seconds(5),
+        stock_total: units,
+        start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
     };
     let bearer = bearer_header(admin)?;
@@ -1198,6 +1313,40 @@ mod tests {
         assert!(wait_for(|s| s != 'T'), "resumed");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    fn event(call: Call, status: u16, start_ms: u32, end_ms: u32) -> Event {
+        Event { end_us: end_ms * 1_000, latency_us: (end_ms - start_ms) * 1_000, call, status }
+    }
+
+    #[test]
+    fn the_limit_check_counts_buy_calls_past_the_limit() {
+        let events = [
+            event(Call::Order, 202, 10, 20),
+            event(Call::Order, 409, 15, 30),
+            event(Call::Order, 429, 20, 25),
+            event(Call::Order, STATUS_TIMEOUT, 30, 410),
+            event(Call::Result, 200, 0, 900),
+        ];
+        let l = limit_check(BuyLimit { per_sec: 5.0, burst: 10.0 }, &events, 1);
+        assert_eq!((l.calls, l.let_through, l.unanswered), (4, 2, 1));
+        assert!((l.elapsed_s - 0.4).abs() < 1e-9, "{l:?}: result polls are not buy calls");
+        assert!((l.allowance - 12.0).abs() < 1e-9, "{l:?}");
+        assert!(l.held());
+        let l = limit_check(BuyLimit { per_sec: 1.0, burst: 1.0 }, &events, 1);
+        assert!(!l.held(), "{l:?}");
+    }
+
+    #[test]
+    fn clicks_are_counted_per_gateway() {
+        let click = |gateway, status| Click { user: 0, gateway, last: Call::Order, status, answered_us: 0 };
+        let clicks = [click(0, 202), click(1, 429), click(1, 409), click(0, 429), click(0, 429)];
+        let g = by_gateway(&["http://a:1".into(), "http://b:2".into()], &clicks);
+        assert_eq!(
+            g.iter().map(|g| (g.clicks, g.rate_limited, g.let_through())).collect::<Vec<_>>(),
+            [(3, 2, 1), (2, 1, 1)]
+        );
+        assert_eq!(g[1].gateway, "http://b:2");
     }
 
     #[test]

@@ -85,6 +85,8 @@ async fn a_hot_user_gets_exactly_one_order_accepted() {
     cfg.poll_connections = 2;
     cfg.progress = false;
     cfg.final_timeout = Duration::from_secs(60);
+    // The harness's gateway: rate_limit.buy 20/s, burst 40 (crates/e2e).
+    cfg.buy_limit = Some(scenario::BuyLimit { per_sec: 20.0, burst: 40.0 });
     let report = scenario::run(&cfg).await.expect("the scenario runs");
     println!("{}", report.render());
 
@@ -105,6 +107,13 @@ async fn a_hot_user_gets_exactly_one_order_accepted() {
     assert_eq!(refused, 199, "{:#?}", report.calls);
     assert!(count(&report, "order", "409") > 0, "no click was told REPEATED: {:#?}", report.calls);
     assert!(count(&report, "order", "429") > 0, "the rate limit never answered: {:#?}", report.calls);
+    // What the limit let through, against what its bucket allows over the clicks.
+    let limit = buy.limit.as_ref().expect("the limit was given");
+    assert_eq!((limit.calls, limit.unanswered), (200, 0));
+    assert_eq!(limit.let_through, 200 - count(&report, "order", "429"));
+    assert!(limit.held(), "{limit:?}");
+    assert_eq!(buy.by_gateway.len(), 1);
+    assert_eq!((buy.by_gateway[0].clicks, buy.by_gateway[0].let_through()), (200, limit.let_through));
     assert_eq!(report.params["path_token_once"], true);
     assert!(report.notes.iter().any(|n| n.contains("path token once")), "{:?}", report.notes);
 }

@@ -151,7 +151,8 @@ fn check_permissions(
         match Regex::new(pattern) {
             Ok(re) => compiled.insert(kind, re),
             Err(e) => {
-                return f.fail(place, format!("user {user}: {kind} pattern is not a regular expression: {e}"));
+                return f
+                    .fail(place, format!("user {user}: {kind} pattern is not a regular expression: {e}"));
             }
         };
     }

@@ -28,7 +28,8 @@ const TRIES_AFTER_FAILED: u32 = 2;
 
 /// What every buyer of one case shares.
 pub struct Load {
-    pub endpoint: Arc<Endpoint>,
+    /// Every gateway: buyer i of an arrival goes to gateway i % n.
+    pub endpoints: Vec<Arc<Endpoint>>,
     pub goods_id: i64,
     token_path: String,
     orders_path: String,
@@ -46,9 +47,11 @@ pub struct Load {
 }
 
 impl Load {
-    pub fn new(endpoint: Arc<Endpoint>, goods_id: i64, t0: Instant) -> Self {
+    /// `endpoints` must not be empty.
+    pub fn new(endpoints: Vec<Arc<Endpoint>>, goods_id: i64, t0: Instant) -> Self {
+        assert!(!endpoints.is_empty(), "a load needs a gateway");
         Self {
-            endpoint,
+            endpoints,
             goods_id,
             token_path: format!("/api/seckill/{goods_id}/token"),
             orders_path: format!("/api/seckill/{goods_id}/orders"),
@@ -68,6 +71,11 @@ impl Load {
 
     pub fn result_path(&self) -> &str {
         &self.result_path
+    }
+
+    /// The gateway of the `i`th client (buyer, reader): spread evenly over all of them.
+    pub fn endpoint(&self, i: usize) -> &Arc<Endpoint> {
+        &self.endpoints[i % self.endpoints.len()]
     }
 }
 
@@ -236,14 +244,16 @@ fn is(a: &Answer, status: u16, c: ErrorCode) -> bool {
     a.status == status && code(a) == c.as_str()
 }
 
-/// `users` arrive evenly over `over`, each running [`buyer`]; returns their logs.
+/// `users` arrive evenly over `over`, each running [`buyer`] (the `i`th on gateway `i % n`);
+/// returns their logs.
 pub async fn arrive(load: Arc<Load>, users: Range<i64>, over: Duration, late: bool) -> Vec<BuyerLog> {
     let n = (users.end - users.start).max(1) as f64;
     let start = tokio::time::Instant::now();
     let mut set = JoinSet::new();
     for (i, user) in users.enumerate() {
         tokio::time::sleep_until(start + over.mul_f64(i as f64 / n)).await;
-        set.spawn(buyer(load.clone(), user, late));
+        let endpoint = load.endpoint(i).clone();
+        set.spawn(buyer(load.clone(), endpoint, user, late));
     }
     let mut logs = Vec::new();
     while let Some(done) = set.join_next().await {
@@ -255,10 +265,10 @@ pub async fn arrive(load: Arc<Load>, users: Range<i64>, over: Duration, late: bo
     logs
 }
 
-/// One buyer, from its dev token to a final answer (or its retry budget spent).
-pub async fn buyer(load: Arc<Load>, user_id: i64, late: bool) -> BuyerLog {
+/// One buyer on one gateway, from its dev token to a final answer (or its retry budget spent).
+pub async fn buyer(load: Arc<Load>, endpoint: Arc<Endpoint>, user_id: i64, late: bool) -> BuyerLog {
     let mut log = BuyerLog::new(user_id, late);
-    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    let mut conn = Conn::new(endpoint, load.request_timeout);
     let give_up = Instant::now() + load.retry_budget;
     let mut backoff = Backoff::new(user_id);
 

@@ -1,8 +1,10 @@
 //! The fault cases: each is a list of [`Step`]s run while the buyers arrive, from the moment
 //! the sale opens. [`Step::Fault`] marks the instant the fault is counted from and
 //! [`Step::Back`] the instant everything is running again, so the recovery times mean the same
-//! thing in every case.
+//! thing in every case. Each case also says how many replicas of every service it runs, and
+//! which checks beyond the suite's usual ones it adds ([`Extra`]).
 
+use std::fmt;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -20,7 +22,6 @@ impl Svc {
     /// In start order: nothing calls a service started after it.
     pub const ALL: [Svc; 4] = [Svc::Stock, Svc::Seckill, Svc::Order, Svc::Gateway];
 
-    /// The binary's name.
     /// Its name among the peers that hold link keys.
     pub fn peer(self) -> seckill_common::trust::Peer {
         use seckill_common::trust::Peer;
@@ -32,6 +33,7 @@ impl Svc {
         }
     }
 
+    /// The binary's name.
     pub fn name(self) -> &'static str {
         match self {
             Self::Gateway => "gateway",
@@ -61,6 +63,40 @@ impl Svc {
     }
 }
 
+/// One process: replica `replica` of `svc` (replica 0 is the one the single-replica cases run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unit {
+    pub svc: Svc,
+    pub replica: usize,
+}
+
+impl Unit {
+    pub const fn new(svc: Svc, replica: usize) -> Self {
+        Self { svc, replica }
+    }
+
+    /// Replica 0.
+    pub const fn first(svc: Svc) -> Self {
+        Self::new(svc, 0)
+    }
+
+    /// `<name>` for replica 0, `<name>-<k>` otherwise: the stem of its log and pid files, as
+    /// scripts/up.sh names them.
+    pub fn stem(self) -> String {
+        if self.replica == 0 {
+            self.svc.name().to_owned()
+        } else {
+            format!("{}-{}", self.svc.name(), self.replica)
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.stem())
+    }
+}
+
 /// A private server, as `scripts/faults.sh server KIND ACTION` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Server {
@@ -87,18 +123,30 @@ pub enum Step {
     Fault,
     /// Everything runs again.
     Back,
-    /// SIGKILL: no clean-up of any kind.
-    Kill9(Svc),
+    /// SIGKILL: no clean-up of any kind. Several units are all sent the signal before any is
+    /// reaped: they die at the same instant.
+    Kill9(Vec<Unit>),
     /// SIGTERM, then wait for the process to exit (its graceful shutdown).
-    Term(Svc),
+    Term(Unit),
     /// Start the binary and wait until its /readyz answers 200.
-    Start(Svc),
+    Start(Unit),
     /// SIGSTOP: the process freezes with its connections open.
-    Pause(Svc),
+    Pause(Unit),
     /// SIGCONT.
-    Resume(Svc),
+    Resume(Unit),
     /// `scripts/faults.sh server KIND ACTION` on a private server.
     Ctl(Server, &'static str),
+}
+
+/// A check a case adds to the suite's usual ones (see `replicas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// Every seckill-service replica, asked directly after the sell-out, answers SOLD_OUT.
+    SoldOutEverywhere,
+    /// Every order-service replica consumed buy requests.
+    ConsumersShare,
+    /// One user clicking on every gateway in turn gets through no more than one limit allows.
+    OneLimit,
 }
 
 /// One fault case.
@@ -110,6 +158,9 @@ pub struct Case {
     pub steps: Vec<Step>,
     /// Buyers arrive evenly over this long from the sale's opening.
     pub arrive_over: Duration,
+    /// Replicas of every service (buyers spread over the gateways).
+    pub replicas: usize,
+    pub extra: Vec<Extra>,
 }
 
 /// The case sizes and timings of a full or a quick run.
@@ -145,7 +196,10 @@ impl Timing {
 }
 
 /// The CI subset run by `--quick`.
-pub const QUICK: [&str; 2] = ["kill9-order", "redis-flush-kill"];
+pub const QUICK: [&str; 3] = ["kill9-order", "redis-flush-kill", "replicas"];
+
+/// Most replicas of a service any case runs (the ports the suite may take).
+pub const MAX_REPLICAS: usize = 2;
 
 /// Every case, in the order the full suite runs them.
 pub fn all(t: Timing) -> Vec<Case> {
@@ -156,8 +210,17 @@ pub fn all(t: Timing) -> Vec<Case> {
         cases.push(Case {
             name: format!("kill9-{}", svc.short()),
             fault: format!("kill -9 of {} mid-sale, started again {:.0} s later", svc.name(), secs(t.down)),
-            steps: vec![Wait(t.fault_at), Fault, Kill9(svc), Wait(t.down), Start(svc), Back],
+            steps: vec![
+                Wait(t.fault_at),
+                Fault,
+                Kill9(vec![Unit::first(svc)]),
+                Wait(t.down),
+                Start(Unit::first(svc)),
+                Back,
+            ],
             arrive_over: t.arrive_over,
+            replicas: 1,
+            extra: Vec::new(),
         });
     }
     for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
@@ -167,11 +230,14 @@ pub fn all(t: Timing) -> Vec<Case> {
                 "SIGTERM of {} under load (graceful shutdown), started again as soon as it exited",
                 svc.name()
             ),
-            steps: vec![Wait(t.fault_at), Fault, Term(svc), Start(svc), Back],
+            steps: vec![Wait(t.fault_at), Fault, Term(Unit::first(svc)), Start(Unit::first(svc)), Back],
             arrive_over: t.arrive_over,
+            replicas: 1,
+            extra: Vec::new(),
         });
     }
     let before = Duration::from_secs(1);
+    let order = Unit::first(Svc::Order);
     cases.push(Case {
         name: "rabbitmq-restart".into(),
         fault: "RabbitMQ restart (stop_app, start_app) with a backlog queued: order-service stopped 1 s \
@@ -179,15 +245,17 @@ pub fn all(t: Timing) -> Vec<Case> {
             .into(),
         steps: vec![
             Wait(before),
-            Term(Svc::Order),
+            Term(order),
             Wait(Duration::from_secs(2)),
             Fault,
             Ctl(Server::RabbitMq, "restart"),
-            Start(Svc::Order),
+            Start(order),
             Back,
         ],
         // Buyers keep arriving after the broker is back (its restart takes several seconds).
         arrive_over: t.arrive_over + Duration::from_secs(4),
+        replicas: 1,
+        extra: Vec::new(),
     });
     cases.push(Case {
         name: "postgres-restart".into(),
@@ -197,16 +265,18 @@ pub fn all(t: Timing) -> Vec<Case> {
             .into(),
         steps: vec![
             Wait(before),
-            Pause(Svc::Order),
+            Pause(order),
             Wait(Duration::from_secs(3)),
             Fault,
             Ctl(Server::Postgres, "stop"),
-            Resume(Svc::Order),
+            Resume(order),
             Wait(Duration::from_secs(2)),
             Ctl(Server::Postgres, "start"),
             Back,
         ],
         arrive_over: t.arrive_over,
+        replicas: 1,
+        extra: Vec::new(),
     });
     cases.push(Case {
         name: "redis-flush-kill".into(),
@@ -216,20 +286,24 @@ pub fn all(t: Timing) -> Vec<Case> {
             .into(),
         steps: vec![
             Wait(before),
-            Term(Svc::Order),
+            Term(order),
             Wait(Duration::from_secs(3)),
             Fault,
             Ctl(Server::Redis, "flush-kill"),
-            Start(Svc::Order),
+            Start(order),
             Back,
         ],
         arrive_over: t.arrive_over,
+        replicas: 1,
+        extra: Vec::new(),
     });
     cases.push(Case {
         name: "redis-restart".into(),
         fault: "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)".into(),
         steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, "restart"), Back],
         arrive_over: t.arrive_over,
+        replicas: 1,
+        extra: Vec::new(),
     });
     cases.push(Case {
         name: format!("order-down-{}s", t.long_outage.as_secs()),
@@ -238,8 +312,33 @@ pub fn all(t: Timing) -> Vec<Case> {
              buyers are accepted and wait in the queue",
             secs(t.long_outage)
         ),
-        steps: vec![Wait(before), Fault, Term(Svc::Order), Wait(t.long_outage), Start(Svc::Order), Back],
+        steps: vec![Wait(before), Fault, Term(order), Wait(t.long_outage), Start(order), Back],
         arrive_over: t.arrive_over,
+        replicas: 1,
+        extra: Vec::new(),
+    });
+    // Last: the fleet grows to two replicas once, at the end of a run.
+    let (seckill1, order1) = (Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1));
+    cases.push(Case {
+        name: "replicas".into(),
+        fault: format!(
+            "two replicas of every service, buyers spread over both gateways: kill -9 of seckill-service \
+             replica 1 and order-service replica 1 at the same instant mid-sale, both started again {:.0} s \
+             later; one user clicking on both gateways in turn all the while",
+            secs(t.down)
+        ),
+        steps: vec![
+            Wait(t.fault_at),
+            Fault,
+            Kill9(vec![seckill1, order1]),
+            Wait(t.down),
+            Start(seckill1),
+            Start(order1),
+            Back,
+        ],
+        arrive_over: t.arrive_over,
+        replicas: 2,
+        extra: vec![Extra::SoldOutEverywhere, Extra::ConsumersShare, Extra::OneLimit],
     });
     cases
 }
@@ -271,8 +370,18 @@ mod tests {
     #[test]
     fn every_case_marks_its_fault_and_its_return() {
         let cases = all(Timing::new(false));
-        assert_eq!(cases.len(), 13);
+        assert_eq!(cases.len(), 14);
         for c in &cases {
+            assert!((1..=MAX_REPLICAS).contains(&c.replicas), "{}", c.name);
+            // A step may only act on a replica the case runs.
+            for s in &c.steps {
+                let units = match s {
+                    Step::Kill9(us) => us.clone(),
+                    Step::Term(u) | Step::Start(u) | Step::Pause(u) | Step::Resume(u) => vec![*u],
+                    _ => Vec::new(),
+                };
+                assert!(units.iter().all(|u| u.replica < c.replicas), "{}: {s:?}", c.name);
+            }
             let fault = c.steps.iter().position(|s| *s == Step::Fault);
             let back = c.steps.iter().position(|s| *s == Step::Back);
             assert!(matches!((fault, back), (Some(f), Some(b)) if f < b), "{}", c.name);
@@ -292,6 +401,28 @@ mod tests {
             ["kill9-gateway", "order-down-15s"]
         );
         assert!(select(t, false, &["nope".into()]).is_err());
-        assert_eq!(select(t, false, &[]).unwrap().len(), 13);
+        assert_eq!(select(t, false, &[]).unwrap().len(), 14);
+    }
+
+    #[test]
+    fn the_replicas_case_kills_two_replicas_at_once_and_checks_more() {
+        let c = select(Timing::new(true), true, &["replicas".into()]).unwrap().remove(0);
+        assert_eq!(c.replicas, 2);
+        let kill = Step::Kill9(vec![Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1)]);
+        assert!(c.steps.contains(&kill), "{:?}", c.steps);
+        assert_eq!(c.extra.len(), 3);
+        // Every other case runs one replica and adds nothing.
+        assert!(
+            all(Timing::new(false))
+                .iter()
+                .filter(|c| c.name != "replicas")
+                .all(|c| c.replicas == 1 && c.extra.is_empty())
+        );
+    }
+
+    #[test]
+    fn replicas_are_named_as_scripts_up_sh_names_their_files() {
+        assert_eq!(Unit::first(Svc::Order).stem(), "order-service");
+        assert_eq!(Unit::new(Svc::Seckill, 1).to_string(), "seckill-service-1");
     }
 }

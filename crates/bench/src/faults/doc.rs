@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::fleet::{SHUTDOWN_TIMEOUT_SECS, tuned_settings};
+use super::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
+use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
 use super::{CaseResult, Config};
 use crate::markdown::n0;
 
@@ -101,8 +102,9 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          cluster made with `initdb` (port {}, trust on loopback), a Redis without persistence ({}) and a second \
          RabbitMQ node `seckill-faults@localhost` ({}, its own Erlang cookie), all in `run/faults/`, stopped and \
          removed at the end (logs kept in `run/faults-logs/`), and the four release binaries on ports {}-{} \
-         (the gateway's admin listener on {}), because it restarts those servers, flushes Redis and kills \
-         connections.\n",
+         (the gateway's admin listener on {}; in a case with replicas, replica k of each on its port + {PORT_STEP}k, \
+         every caller given the list of all its callee's replicas), because it restarts those servers, flushes \
+         Redis and kills connections.\n",
         port(&cfg.pg_url),
         port(&cfg.redis_url),
         port(&cfg.amqp_url),
@@ -111,7 +113,7 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
         cfg.http_port + 4
     );
     out.push_str(
-        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service, Redis FLUSHALL with requests queued; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
+        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service, Redis FLUSHALL with requests queued, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
     );
     let units = cfg.units();
     let _ = writeln!(
@@ -142,7 +144,27 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          key as the order's request id), and `GET /api/goods/{id}` agrees;\n\
          - **every unit sold** when buyers outnumber units;\n\
          - and the load tool's sale invariants on the buyers' final results (`buyers' view: ...`: distinct order ids, no \
-         oversell, winners = min(stock, buyers), nothing queued or lost, the gateway's stock agreeing).\n\n\
+         oversell, winners = min(stock, buyers), nothing queued or lost, the gateway's stock agreeing).\n\n",
+    );
+    let _ = writeln!(
+        out,
+        "A case with **replicas** runs that many replicas of every service, spreads its buyers over every gateway \
+         (buyer i on gateway i mod n), and checks besides:\n\n\
+         - **{SOLD_OUT_EVERYWHERE}**: once the sale is sold out in the database (if it is not, the check fails: the \
+         case sells out by design), each seckill-service replica is asked directly, as a fresh user, with a request \
+         signed as the gateway (path token, then `POST /api/seckill/{{id}}/orders`): each must answer 410 SOLD_OUT;\n\
+         - **{CONSUMERS_SHARE}**: each order-service replica's counters on its own `/metrics` ({}), read before the \
+         sale, right before a replica is killed (a restarted process counts from zero) and at the end: each replica \
+         consumed some;\n\
+         - **{ONE_LIMIT}**: one user clicks `POST /api/seckill/{{id}}/orders` on every gateway in turn, the next click \
+         as soon as the last is answered, for {} s; the answers other than 429 must stay within one limit, \
+         {BUY_BURST} + {BUY_PER_SEC}/s x the time + {LIMIT_SLACK} (the buy class's limit, `rate_limit.buy.*`, the \
+         gateways' buckets shared in Redis).\n",
+        CONSUMED.map(|m| format!("`{m}`")).join(", "),
+        HOT_FOR.as_secs()
+    );
+    out.push_str(
+        "\
          **Lost** counts buyers with an accepted request that never got a final result, a `success` without its \
          order, or an order without its `success`: it must be 0. **Buy path back**: from the fault to the first 202 \
          or clean 410 SOLD_OUT answered to a request sent after it. **Drained**: from the fault until every \
@@ -163,7 +185,9 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
     tuned.push(format!("`SECKILL__HTTP__SHUTDOWN_TIMEOUT_SECS={SHUTDOWN_TIMEOUT_SECS}` (all)"));
     let _ = writeln!(
         out,
-        "The services run with their defaults except shorter timings, so that recoveries show within a case: {}.\n",
+        "The services run with their defaults except shorter timings, so that recoveries show within a case, and a \
+         longer wait for the gateways' shared rate-limit bucket (the load shares the machine's cores with the system: a \
+         Redis answer slower than the default 100 ms there is the machine's, not an outage): {}.\n",
         tuned.join(", ")
     );
 
@@ -323,6 +347,11 @@ mod tests {
         assert!(doc.contains("- **FAIL** second: the evidence"));
         assert!(doc.contains("<details><summary>1 of 2 checks passed</summary>"));
         assert!(doc.contains("- 1.50 s: kill -9 order-service"));
+        // The replicated case's checks are described, with the limit they hold to.
+        for name in [SOLD_OUT_EVERYWHERE, CONSUMERS_SHARE, ONE_LIMIT] {
+            assert!(doc.contains(&format!("- **{name}**")), "{name}");
+        }
+        assert!(doc.contains("10 + 5/s x the time + 2") && doc.contains("port + 10k"), "{doc}");
         let text = summary_text(&results);
         assert!(text.contains("FAIL: second") && text.ends_with("1 of 2 cases passed"), "{text}");
     }

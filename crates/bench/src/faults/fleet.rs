@@ -1,10 +1,14 @@
-//! The four release binaries, started, killed, stopped and paused by the driver itself.
+//! The release binaries, started, killed, stopped and paused by the driver itself, one or more
+//! replicas of each service.
 //!
 //! Each runs from the scratch directory (no `config/` there, and `SECKILL_CONFIG` is not set,
 //! so only built-in defaults and the environment given here apply), with an environment of its
 //! own sections only (every settings struct denies unknown sections), appending to
-//! `<scratch>/services/<name>.log` with a marker line per start, and its pid in
-//! `<scratch>/services/<name>.pid` so scripts/faults.sh can stop what an interrupted run left.
+//! `<scratch>/services/<stem>.log` with a marker line per start, and its pid in
+//! `<scratch>/services/<stem>.pid` so scripts/faults.sh can stop what an interrupted run left
+//! (the stem is the binary's name for replica 0, `<name>-<k>` for replica k, as scripts/up.sh
+//! names its files). Replica k listens on its service's port + [`PORT_STEP`]`*k`, as with
+//! scripts/up.sh, and every caller's `upstreams.*` lists every replica of the callee.
 //! Signals other than SIGKILL go through the `kill` command: no libc binding needed.
 
 use std::collections::BTreeMap;
@@ -19,8 +23,8 @@ use tokio::process::{Child, Command};
 
 use seckill_common::trust::Peer;
 
-use super::cases::Svc;
-use crate::client::{Conn, Endpoint, Req};
+use super::cases::{Svc, Unit};
+use crate::client::{Answer, Conn, Endpoint, Req};
 use crate::signal::{self, Signal};
 
 /// How long a service may take to answer /readyz after its start.
@@ -30,6 +34,13 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const TERM_TIMEOUT: Duration = Duration::from_secs(40);
 /// `http.shutdown_timeout_secs` given to every service.
 pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+/// Replica k of a service listens on the service's port + this * k (the gateway's admin
+/// listener likewise): the five base ports differ in their last digit, so no two meet.
+pub const PORT_STEP: u16 = 10;
+/// The buy class's limit per user (`rate_limit.buy.*`: the gateway's defaults, set explicitly
+/// so the suite's check of one limit across gateways reads them from here).
+pub const BUY_PER_SEC: u32 = 5;
+pub const BUY_BURST: u32 = 10;
 
 /// Where the services' dependencies are.
 #[derive(Debug, Clone)]
@@ -41,9 +52,13 @@ pub struct Backends {
 }
 
 /// The settings every service gets beyond its addresses: short timings, so a recovery shows
-/// within a case, and what makes sense for a test (the JWT secret, dev tokens).
+/// within a case; and a longer wait for the gateways' shared rate-limit bucket: the driver's
+/// load shares the machine's cores with the system, and a Redis answer slower than the
+/// default 100 ms there is the machine's, not an outage (each gateway would limit alone for a
+/// second). The JWT secret, dev tokens and limits are set in [`Fleet`]'s environment.
 pub fn tuned_settings() -> Vec<(Svc, &'static str, &'static str)> {
     vec![
+        (Svc::Gateway, "SECKILL__RATE_LIMIT__SHARED_TIMEOUT_MS", "1000"),
         (Svc::Seckill, "SECKILL__AMQP__CONFIRM_TIMEOUT_MS", "3000"),
         (Svc::Seckill, "SECKILL__SECKILL__RECONCILE_INTERVAL_SECS", "1"),
         (Svc::Seckill, "SECKILL__SECKILL__RECONCILE_AFTER_SECS", "5"),
@@ -56,12 +71,35 @@ pub fn tuned_settings() -> Vec<(Svc, &'static str, &'static str)> {
     ]
 }
 
+/// The port of replica `k` of a service whose replica 0 listens on `base`.
+pub fn replica_port(base: u16, k: usize) -> u16 {
+    base + PORT_STEP * u16::try_from(k).unwrap_or(u16::MAX / PORT_STEP)
+}
+
+/// The `upstreams.*` value for a service of `replicas` replicas whose replica 0 listens on
+/// `base`: every replica's URL, comma-separated.
+pub fn upstream_list(base: u16, replicas: usize) -> String {
+    (0..replicas.max(1))
+        .map(|k| format!("http://127.0.0.1:{}", replica_port(base, k)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A process the fleet started, and the environment it was started with: one started for
+/// another number of replicas lists other upstreams, and is restarted.
+struct Running {
+    child: Child,
+    env: Vec<(String, String)>,
+}
+
 pub struct Fleet {
     bin_dir: PathBuf,
     dir: PathBuf,
     gateway_port: u16,
     backends: Backends,
-    children: BTreeMap<Svc, Child>,
+    /// Replicas of every service the fleet runs now (set by [`Fleet::ensure_all`]).
+    replicas: usize,
+    children: BTreeMap<Unit, Running>,
     /// Makes this run's link keys: random, so no key of the suite works anywhere else.
     key_seed: String,
 }
@@ -84,38 +122,50 @@ impl Fleet {
             dir: dir.to_owned(),
             gateway_port,
             backends,
+            replicas: 1,
             children: BTreeMap::new(),
             key_seed: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
 
-    pub fn port(&self, svc: Svc) -> u16 {
-        self.gateway_port + svc.port_offset()
+    /// Replicas of every service now.
+    pub fn replicas(&self) -> usize {
+        self.replicas
     }
 
-    /// The gateway's admin listener (`/metrics`): the port after stock-service's.
-    pub fn admin_port(&self) -> u16 {
-        self.gateway_port + 4
+    /// Every replica of `svc` the fleet runs now.
+    pub fn units(&self, svc: Svc) -> Vec<Unit> {
+        (0..self.replicas).map(|k| Unit::new(svc, k)).collect()
     }
 
-    pub fn url(&self, svc: Svc) -> String {
-        format!("http://127.0.0.1:{}", self.port(svc))
+    pub fn port(&self, unit: Unit) -> u16 {
+        replica_port(self.gateway_port + unit.svc.port_offset(), unit.replica)
     }
 
-    pub fn log_path(&self, svc: Svc) -> PathBuf {
-        self.dir.join("services").join(format!("{}.log", svc.name()))
+    /// Gateway replica k's admin listener (`/metrics`): the port after stock-service's, + 10k.
+    pub fn admin_port(&self, replica: usize) -> u16 {
+        replica_port(self.gateway_port + 4, replica)
     }
 
-    fn pid_path(&self, svc: Svc) -> PathBuf {
-        self.dir.join("services").join(format!("{}.pid", svc.name()))
+    pub fn url(&self, unit: Unit) -> String {
+        format!("http://127.0.0.1:{}", self.port(unit))
     }
 
-    /// The service's own settings, as environment variables.
-    fn env(&self, svc: Svc) -> Vec<(String, String)> {
+    pub fn log_path(&self, unit: Unit) -> PathBuf {
+        self.dir.join("services").join(format!("{}.log", unit.stem()))
+    }
+
+    fn pid_path(&self, unit: Unit) -> PathBuf {
+        self.dir.join("services").join(format!("{}.pid", unit.stem()))
+    }
+
+    /// The process's own settings, as environment variables.
+    fn env(&self, unit: Unit) -> Vec<(String, String)> {
         let b = &self.backends;
+        let svc = unit.svc;
         let mut env: Vec<(String, String)> = vec![
             ("SECKILL__HTTP__HOST".into(), "127.0.0.1".into()),
-            ("SECKILL__HTTP__PORT".into(), self.port(svc).to_string()),
+            ("SECKILL__HTTP__PORT".into(), self.port(unit).to_string()),
             ("SECKILL__HTTP__SHUTDOWN_TIMEOUT_SECS".into(), SHUTDOWN_TIMEOUT_SECS.to_string()),
             ("SECKILL__LOG__LEVEL".into(), "info".into()),
         ];
@@ -125,11 +175,13 @@ impl Fleet {
                 set("SECKILL__AUTH__JWT_SECRET", "seckill-faults-only-jwt-secret-of-32-bytes-plus".into());
                 set("SECKILL__AUTH__DEV_TOKENS", "true".into());
                 // Its default, 9080, is the system gateway's when scripts/up.sh runs too.
-                set("SECKILL__ADMIN__PORT", self.admin_port().to_string());
+                set("SECKILL__ADMIN__PORT", self.admin_port(unit.replica).to_string());
                 // Every buyer mints its token from this one address: the per-address limit of
                 // the anonymous routes would refuse most of them.
                 set("SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC", "1000000".into());
                 set("SECKILL__RATE_LIMIT__ANONYMOUS__BURST", "1000000".into());
+                set("SECKILL__RATE_LIMIT__BUY__PER_SEC", BUY_PER_SEC.to_string());
+                set("SECKILL__RATE_LIMIT__BUY__BURST", BUY_BURST.to_string());
                 // The shared rate-limit buckets, on the private Redis the faults flush and stop.
                 set("SECKILL__REDIS__URL", b.redis_url.clone());
             }
@@ -147,11 +199,14 @@ impl Fleet {
                 set("SECKILL__AMQP__URL", b.amqp_url.clone());
             }
         }
-        // Every service with an `upstreams` section gets all three private URLs, whichever it
+        // Every service with an `upstreams` section gets all three private lists, whichever it
         // calls today: a default would point at the system's own services on the standard ports.
         if svc != Svc::Stock {
             for (key, to) in [("SECKILL", Svc::Seckill), ("ORDER", Svc::Order), ("STOCK", Svc::Stock)] {
-                env.push((format!("SECKILL__UPSTREAMS__{key}"), self.url(to)));
+                env.push((
+                    format!("SECKILL__UPSTREAMS__{key}"),
+                    upstream_list(self.gateway_port + to.port_offset(), self.replicas),
+                ));
             }
         }
         let me = svc.peer();
@@ -173,28 +228,37 @@ impl Fleet {
         env
     }
 
-    fn link_key(&self, from: Peer, to: Peer) -> String {
+    /// The key of the link `from` -> `to` (the driver signs as the gateway with it to ask a
+    /// replica directly).
+    pub fn link_key(&self, from: Peer, to: Peer) -> String {
         format!("faults-{}-{from}-to-{to}", self.key_seed)
     }
 
     /// Is the process alive (not exited)?
-    pub fn running(&mut self, svc: Svc) -> bool {
-        self.children.get_mut(&svc).is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    pub fn running(&mut self, unit: Unit) -> bool {
+        self.children.get_mut(&unit).is_some_and(|r| matches!(r.child.try_wait(), Ok(None)))
+    }
+
+    /// `GET path` on the unit's own port (2 s timeout).
+    pub async fn get(&self, unit: Unit, path: &str) -> Answer {
+        match Endpoint::parse(&self.url(unit)) {
+            Ok(endpoint) => Conn::new(endpoint, Duration::from_secs(2)).send(Req::get(path)).await,
+            Err(_) => Answer { status: crate::client::STATUS_ERROR, body: Default::default() },
+        }
     }
 
     /// Does its /readyz answer 200?
-    pub async fn ready(&self, svc: Svc) -> bool {
-        let Ok(endpoint) = Endpoint::parse(&self.url(svc)) else { return false };
-        Conn::new(endpoint, Duration::from_secs(2)).send(Req::get("/readyz")).await.status == 200
+    pub async fn ready(&self, unit: Unit) -> bool {
+        self.get(unit, "/readyz").await.status == 200
     }
 
     /// Starts the binary and waits until it is ready; returns how long that took.
-    pub async fn start(&mut self, svc: Svc) -> anyhow::Result<Duration> {
-        if self.running(svc) {
-            bail!("{} is already running", svc.name());
+    pub async fn start(&mut self, unit: Unit) -> anyhow::Result<Duration> {
+        if self.running(unit) {
+            bail!("{unit} is already running");
         }
         let started = Instant::now();
-        let log_path = self.log_path(svc);
+        let log_path = self.log_path(unit);
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -202,46 +266,41 @@ impl Fleet {
             .with_context(|| format!("opening {}", log_path.display()))?;
         writeln!(
             log,
-            "\n===== seckill-bench faults: {} started at {} =====",
-            svc.name(),
+            "\n===== seckill-bench faults: {unit} started at {} =====",
             crate::report::now_rfc3339()
         )?;
-        let mut cmd = Command::new(self.bin_dir.join(svc.name()));
+        let env = self.env(unit);
+        let mut cmd = Command::new(self.bin_dir.join(unit.svc.name()));
         cmd.current_dir(&self.dir)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             // Plain text logs, greppable; a panic's backtrace is evidence.
             .env("NO_COLOR", "1")
             .env("RUST_BACKTRACE", "1")
-            .envs(self.env(svc))
+            .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             // If the driver itself fails, its services go with it.
             .kill_on_drop(true);
-        let child = cmd.spawn().with_context(|| format!("starting {}", svc.name()))?;
+        let child = cmd.spawn().with_context(|| format!("starting {unit}"))?;
         if let Some(pid) = child.id() {
-            std::fs::write(self.pid_path(svc), format!("{pid}\n"))?;
+            std::fs::write(self.pid_path(unit), format!("{pid}\n"))?;
         }
-        self.children.insert(svc, child);
+        self.children.insert(unit, Running { child, env });
         loop {
-            if let Some(child) = self.children.get_mut(&svc)
-                && let Some(status) = child.try_wait()?
+            if let Some(r) = self.children.get_mut(&unit)
+                && let Some(status) = r.child.try_wait()?
             {
-                self.children.remove(&svc);
-                bail!(
-                    "{} exited during start-up ({status}); its log ends:\n{}",
-                    svc.name(),
-                    tail(&log_path, 15)
-                );
+                self.children.remove(&unit);
+                bail!("{unit} exited during start-up ({status}); its log ends:\n{}", tail(&log_path, 15));
             }
-            if self.ready(svc).await {
+            if self.ready(unit).await {
                 return Ok(started.elapsed());
             }
             if started.elapsed() > READY_TIMEOUT {
                 bail!(
-                    "{} not ready after {} s; its log ends:\n{}",
-                    svc.name(),
+                    "{unit} not ready after {} s; its log ends:\n{}",
                     READY_TIMEOUT.as_secs(),
                     tail(&log_path, 15)
                 );
@@ -250,85 +309,116 @@ impl Fleet {
         }
     }
 
-    /// SIGKILL and reap.
-    pub async fn kill9(&mut self, svc: Svc) -> anyhow::Result<()> {
-        let mut child =
-            self.children.remove(&svc).with_context(|| format!("{} is not running", svc.name()))?;
-        child.start_kill().with_context(|| format!("kill -9 {}", svc.name()))?;
-        child.wait().await?;
+    /// SIGKILL to every one of `units` first, then reap them: they die at the same instant.
+    pub async fn kill9(&mut self, units: &[Unit]) -> anyhow::Result<()> {
+        let mut killed = Vec::new();
+        for &unit in units {
+            let mut r = self.children.remove(&unit).with_context(|| format!("{unit} is not running"))?;
+            r.child.start_kill().with_context(|| format!("kill -9 {unit}"))?;
+            killed.push(r);
+        }
+        for mut r in killed {
+            r.child.wait().await?;
+        }
         Ok(())
     }
 
     /// SIGTERM, then wait for the graceful exit; returns how long it took and the exit status.
     /// A process still alive after [`TERM_TIMEOUT`] is killed and that is an error.
-    pub async fn term(&mut self, svc: Svc) -> anyhow::Result<(Duration, String)> {
+    pub async fn term(&mut self, unit: Unit) -> anyhow::Result<(Duration, String)> {
         let started = Instant::now();
-        self.signal(svc, Signal::TERM)?;
-        let mut child =
-            self.children.remove(&svc).with_context(|| format!("{} is not running", svc.name()))?;
-        match tokio::time::timeout(TERM_TIMEOUT, child.wait()).await {
+        self.signal(unit, Signal::TERM)?;
+        let mut r = self.children.remove(&unit).with_context(|| format!("{unit} is not running"))?;
+        match tokio::time::timeout(TERM_TIMEOUT, r.child.wait()).await {
             Ok(status) => Ok((started.elapsed(), status?.to_string())),
             Err(_) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                bail!("{} did not exit within {} s of SIGTERM; killed", svc.name(), TERM_TIMEOUT.as_secs())
+                let _ = r.child.start_kill();
+                let _ = r.child.wait().await;
+                bail!("{unit} did not exit within {} s of SIGTERM; killed", TERM_TIMEOUT.as_secs())
             }
         }
     }
 
-    /// Sends `sig` to the service's process.
-    pub fn signal(&mut self, svc: Svc, sig: Signal) -> anyhow::Result<()> {
+    /// Sends `sig` to the unit's process.
+    pub fn signal(&mut self, unit: Unit, sig: Signal) -> anyhow::Result<()> {
         let pid = self
             .children
-            .get(&svc)
-            .and_then(Child::id)
-            .with_context(|| format!("{} is not running", svc.name()))?;
-        signal::send(pid, sig).with_context(|| svc.name().to_owned())
+            .get(&unit)
+            .and_then(|r| r.child.id())
+            .with_context(|| format!("{unit} is not running"))?;
+        signal::send(pid, sig).with_context(|| unit.to_string())
     }
 
-    /// Starts whatever is not running (in start order), and resumes a paused process; returns
-    /// what it did. A case that failed half-way leaves the next one a whole system.
-    pub async fn ensure_all(&mut self) -> anyhow::Result<Vec<String>> {
+    /// Makes the fleet `replicas` replicas of every service, whole and ready, and returns what
+    /// it did: replicas beyond that number stopped (gracefully, the gateways first); a process
+    /// started for another number of replicas (its upstream lists) restarted; whatever is not
+    /// running started (in start order); a paused process resumed. A case that failed
+    /// half-way leaves the next one a whole system.
+    pub async fn ensure_all(&mut self, replicas: usize) -> anyhow::Result<Vec<String>> {
         let mut done = Vec::new();
+        self.replicas = replicas.max(1);
+        let extra: Vec<Unit> = self.children.keys().filter(|u| u.replica >= self.replicas).copied().collect();
+        for unit in extra.into_iter().rev() {
+            done.push(self.stop(unit).await);
+        }
         for svc in Svc::ALL {
-            if self.running(svc) {
-                // A process frozen by a failed case would never answer: SIGCONT is harmless.
-                let _ = self.signal(svc, Signal::CONT);
-                if self.ready(svc).await {
-                    continue;
+            for unit in self.units(svc) {
+                if self.running(unit) && self.children.get(&unit).is_some_and(|r| r.env != self.env(unit)) {
+                    let stopped = self.stop(unit).await;
+                    done.push(format!("{stopped}, to list {} replicas upstream", self.replicas));
                 }
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !self.ready(svc).await && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                if self.running(unit) {
+                    // A process frozen by a failed case would never answer: SIGCONT is harmless.
+                    let _ = self.signal(unit, Signal::CONT);
+                    if self.ready(unit).await {
+                        continue;
+                    }
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while !self.ready(unit).await && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    if self.ready(unit).await {
+                        continue;
+                    }
+                    let _ = self.kill9(&[unit]).await;
+                    done.push(format!("{unit} was running but not ready for 20 s: killed"));
                 }
-                if self.ready(svc).await {
-                    continue;
-                }
-                let _ = self.kill9(svc).await;
-                done.push(format!("{} was running but not ready for 20 s: killed", svc.name()));
+                let took = self.start(unit).await?;
+                done.push(format!("{unit} started (ready after {:.1} s)", took.as_secs_f64()));
             }
-            let took = self.start(svc).await?;
-            done.push(format!("{} started (ready after {:.1} s)", svc.name(), took.as_secs_f64()));
         }
         Ok(done)
     }
 
-    /// SIGTERM to each, the gateway first, then SIGKILL to any still alive after 15 s.
+    /// SIGCONT and SIGTERM, then SIGKILL if still alive after 15 s; removes the pid file.
+    async fn stop(&mut self, unit: Unit) -> String {
+        let mut r = self.children.remove(&unit);
+        let alive = r.as_mut().is_some_and(|r| matches!(r.child.try_wait(), Ok(None)));
+        let what = match r {
+            Some(mut r) if alive => {
+                if let Some(pid) = r.child.id() {
+                    let _ = signal::send(pid, Signal::CONT);
+                    let _ = signal::send(pid, Signal::TERM);
+                }
+                if tokio::time::timeout(Duration::from_secs(15), r.child.wait()).await.is_err() {
+                    let _ = r.child.start_kill();
+                    let _ = r.child.wait().await;
+                    format!("{unit} stopped (killed 15 s after SIGTERM)")
+                } else {
+                    format!("{unit} stopped")
+                }
+            }
+            _ => format!("{unit} was not running"),
+        };
+        let _ = std::fs::remove_file(self.pid_path(unit));
+        what
+    }
+
+    /// Stops every process, the gateways first (units sort in start order).
     pub async fn stop_all(&mut self) {
-        for svc in Svc::ALL.into_iter().rev() {
-            if !self.running(svc) {
-                self.children.remove(&svc);
-                continue;
-            }
-            let _ = self.signal(svc, Signal::CONT);
-            let _ = self.signal(svc, Signal::TERM);
-            if let Some(mut child) = self.children.remove(&svc)
-                && tokio::time::timeout(Duration::from_secs(15), child.wait()).await.is_err()
-            {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-            }
-            let _ = std::fs::remove_file(self.pid_path(svc));
+        let units: Vec<Unit> = self.children.keys().copied().collect();
+        for unit in units.into_iter().rev() {
+            self.stop(unit).await;
         }
     }
 }
@@ -354,6 +444,7 @@ mod tests {
                 redis_url: "redis://127.0.0.1:56379".into(),
                 amqp_url: "amqp://g:g@127.0.0.1:55672/%2f".into(),
             },
+            replicas: 1,
             children: BTreeMap::new(),
             key_seed: "test".into(),
         }
@@ -368,22 +459,24 @@ mod tests {
         let f = fleet();
         // The settings structs deny unknown sections: a stray one would stop the binary.
         let allowed = |svc| match svc {
-            Svc::Gateway => vec!["http", "log", "auth", "upstreams", "trust", "admin", "rate_limit"],
+            Svc::Gateway => vec!["http", "log", "auth", "upstreams", "trust", "admin", "rate_limit", "redis"],
             Svc::Seckill => vec!["http", "log", "redis", "amqp", "upstreams", "seckill", "trust"],
             Svc::Order => vec!["http", "log", "database", "redis", "amqp", "upstreams", "order", "trust"],
             Svc::Stock => vec!["http", "log", "database", "amqp", "trust"],
         };
         for svc in Svc::ALL {
-            let env = f.env(svc);
+            let unit = Unit::first(svc);
+            let env = f.env(unit);
             for s in sections(&env) {
                 assert!(allowed(svc).contains(&s.as_str()), "{} got section {s}", svc.name());
             }
-            assert!(env.contains(&("SECKILL__HTTP__PORT".into(), f.port(svc).to_string())));
+            assert!(env.contains(&("SECKILL__HTTP__PORT".into(), f.port(unit).to_string())));
             // Both ends of a link get the same key; nobody gets a key of another's link.
             let keys = env.iter().filter(|(k, _)| k.starts_with("SECKILL__TRUST__")).count();
             assert_eq!(keys, svc.peer().sends_to().len() + svc.peer().accepts_from().len());
         }
-        let key = |svc: Svc, var: &str| f.env(svc).into_iter().find(|(k, _)| k == var).unwrap().1;
+        let key =
+            |svc: Svc, var: &str| f.env(Unit::first(svc)).into_iter().find(|(k, _)| k == var).unwrap().1;
         assert_eq!(
             key(Svc::Order, "SECKILL__TRUST__SEND__STOCK"),
             key(Svc::Stock, "SECKILL__TRUST__ACCEPT__ORDER")
@@ -392,17 +485,61 @@ mod tests {
             key(Svc::Order, "SECKILL__TRUST__SEND__STOCK"),
             key(Svc::Seckill, "SECKILL__TRUST__SEND__STOCK")
         );
-        assert!(f.env(Svc::Order).contains(&(
+        assert!(f.env(Unit::first(Svc::Order)).contains(&(
             "SECKILL__DATABASE__URL".into(),
             "postgres://p@127.0.0.1:55432/seckill_order".into()
         )));
         // No upstream left at its default (the system's own services on the standard ports).
         for svc in [Svc::Gateway, Svc::Seckill, Svc::Order] {
-            let env = f.env(svc);
+            let env = f.env(Unit::first(svc));
             for (key, port) in [("SECKILL", 58081), ("ORDER", 58082), ("STOCK", 58083)] {
                 let want = (format!("SECKILL__UPSTREAMS__{key}"), format!("http://127.0.0.1:{port}"));
                 assert!(env.contains(&want), "{} lacks {want:?}", svc.name());
             }
         }
+    }
+
+    #[test]
+    fn replica_k_takes_the_ports_plus_ten_k() {
+        let mut f = fleet();
+        f.replicas = 2;
+        assert_eq!(f.port(Unit::new(Svc::Gateway, 0)), 58080);
+        assert_eq!(f.port(Unit::new(Svc::Seckill, 1)), 58091);
+        assert_eq!(f.port(Unit::new(Svc::Stock, 1)), 58093);
+        assert_eq!((f.admin_port(0), f.admin_port(1)), (58084, 58094));
+        let env = f.env(Unit::new(Svc::Gateway, 1));
+        assert!(env.contains(&("SECKILL__HTTP__PORT".into(), "58090".into())));
+        assert!(env.contains(&("SECKILL__ADMIN__PORT".into(), "58094".into())));
+        // No two listeners of any replica meet.
+        let mut ports: Vec<u16> = (0..2).flat_map(|k| Svc::ALL.map(|s| f.port(Unit::new(s, k)))).collect();
+        ports.extend([f.admin_port(0), f.admin_port(1)]);
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert_eq!(f.log_path(Unit::new(Svc::Order, 1)), Path::new("/tmp/services/order-service-1.log"));
+        assert_eq!(f.pid_path(Unit::first(Svc::Order)), Path::new("/tmp/services/order-service.pid"));
+    }
+
+    #[test]
+    fn every_caller_lists_every_replica_of_its_callee() {
+        assert_eq!(upstream_list(58081, 1), "http://127.0.0.1:58081");
+        assert_eq!(upstream_list(58082, 2), "http://127.0.0.1:58082,http://127.0.0.1:58092");
+        let mut f = fleet();
+        f.replicas = 2;
+        for unit in [Unit::new(Svc::Gateway, 1), Unit::new(Svc::Seckill, 0), Unit::new(Svc::Order, 1)] {
+            let env = f.env(unit);
+            for (key, port) in [("SECKILL", 58081), ("ORDER", 58082), ("STOCK", 58083)] {
+                let want = format!("http://127.0.0.1:{port},http://127.0.0.1:{}", port + 10);
+                assert!(env.contains(&(format!("SECKILL__UPSTREAMS__{key}"), want)), "{unit}: {env:?}");
+            }
+        }
+        // Both gateways get the same limits; a process started for one replica is stale for two.
+        let one = fleet().env(Unit::first(Svc::Gateway));
+        assert_ne!(one, f.env(Unit::first(Svc::Gateway)));
+        assert_eq!(
+            fleet().env(Unit::first(Svc::Stock)),
+            f.env(Unit::first(Svc::Stock)),
+            "stock calls nobody"
+        );
+        assert!(one.contains(&("SECKILL__RATE_LIMIT__BUY__BURST".into(), BUY_BURST.to_string())));
     }
 }

@@ -2,13 +2,15 @@
 //! private servers it starts). It proves from outside that the system loses nothing when a part
 //! of it dies.
 //!
-//! The driver starts the four release binaries itself ([`fleet`]). For each case ([`cases`]):
+//! The driver starts the four release binaries itself, as many replicas of each as the case
+//! wants ([`fleet`]). For each case ([`cases`]):
 //! a fresh sale created by an admin through the gateway; buyers arriving evenly for several
 //! seconds, each a real client that retries what real clients retry ([`buyers`]); the case's
 //! fault injected mid-sale while they keep arriving, and the service or server brought back
 //! (servers through `scripts/faults.sh server ...`, [`servers`]); every accepted buyer's result
 //! awaited; late buyers while units are left (a unit given back must be sold); then figures and
-//! checks from the gateway's answers and SQL on the private PostgreSQL ([`verdict`]). The full
+//! checks from the gateway's answers and SQL on the private PostgreSQL ([`verdict`]), and those
+//! only a replicated case can make ([`replicas`]). The full
 //! suite writes docs/RELIABILITY.md ([`doc`]). The process exits non-zero when a case broke an
 //! invariant, each violation named.
 
@@ -16,6 +18,7 @@ pub mod buyers;
 pub mod cases;
 pub mod doc;
 pub mod fleet;
+pub mod replicas;
 pub mod servers;
 pub mod verdict;
 
@@ -27,16 +30,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::Utc;
 use futures_util::future::join_all;
-use seckill_common::api::{Goods, NewGoods, Order};
+use seckill_common::api::{Goods, Order};
 
 use self::buyers::{BuyerLog, Load};
-use self::cases::{Case, Step, Svc, Timing};
-use self::fleet::{Backends, Fleet};
+use self::cases::{Case, Extra, MAX_REPLICAS, Step, Svc, Timing, Unit};
+use self::fleet::{Backends, Fleet, replica_port};
+use self::replicas::Consumed;
 use self::servers::Servers;
 use self::verdict::{Figures, OrderRow, Outside};
-use crate::client::{Conn, Endpoint, Req, bearer_header};
+use crate::client::{Conn, Endpoint};
 use crate::invariants::{Check, FinalState};
-use crate::scenario::dev_token;
+use crate::scenario::{create_sale, dev_token};
 use crate::signal::Signal;
 
 /// Ports of the system's own servers and services: the suite restarts, flushes and kills what
@@ -68,7 +72,7 @@ pub struct Config {
     pub redis_url: String,
     pub amqp_url: String,
     /// The gateway's port; the other services take the next three, the gateway's admin
-    /// listener the one after.
+    /// listener the one after; replica k of each takes its port + 10k.
     pub http_port: u16,
     pub psql: String,
     pub quick: bool,
@@ -94,7 +98,8 @@ impl Config {
                 );
             }
         }
-        if (0..4).any(|i| STANDARD_PORTS.contains(&(self.http_port + i))) {
+        let ports = (0..MAX_REPLICAS).flat_map(|k| (0..5).map(move |i| (k, i)));
+        if ports.map(|(k, i)| replica_port(self.http_port + i, k)).any(|p| STANDARD_PORTS.contains(&p)) {
             bail!("--http-port {}: the services would take the system's standard ports", self.http_port);
         }
         Ok(())
@@ -176,19 +181,19 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     )?;
     let servers = Servers { ctl: cfg.server_ctl.clone(), psql: cfg.psql.clone(), pg_url: cfg.pg_url.clone() };
     println!(
-        "faults: {} case(s), {} units each, {} buyers per case; services on ports {}-{}, logs in {}",
+        "faults: {} case(s), {} units each, {} buyers per case; services on ports {}-{} (replica k: +{}k), logs in {}",
         cases.len(),
         cfg.units(),
         cfg.units() * 3,
         cfg.http_port,
         cfg.http_port + 4,
+        fleet::PORT_STEP,
         cfg.scratch.join("services").display()
     );
     let mut results = Vec::new();
     let outcome = async {
-        for svc in Svc::ALL {
-            let took = fleet.start(svc).await?;
-            println!("faults: {} ready after {:.1} s", svc.name(), took.as_secs_f64());
+        for what in fleet.ensure_all(cases.first().map_or(1, |c| c.replicas)).await? {
+            println!("faults: {what}");
         }
         for (i, case) in cases.iter().enumerate() {
             let r = run_case(&mut fleet, &servers, cfg, case, i).await;
@@ -250,37 +255,64 @@ async fn run_sale(
     index: usize,
     r: &mut CaseResult,
 ) -> anyhow::Result<()> {
-    let restored = fleet.ensure_all().await?;
-    let endpoint = Endpoint::parse(&fleet.url(Svc::Gateway))?;
+    let restored = fleet.ensure_all(case.replicas).await?;
+    let endpoints = fleet
+        .units(Svc::Gateway)
+        .into_iter()
+        .map(|u| Endpoint::parse(&fleet.url(u)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let endpoint = endpoints[0].clone();
     let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
-    let goods = create_sale(&mut admin, &admin_token, r.units, &case.name).await?;
+    let label = format!("faults {}", case.name);
+    let goods = create_sale(&mut admin, &admin_token, &label, r.units, chrono::Duration::seconds(1)).await?;
     let g = goods.id.get();
     r.goods_id = Some(g);
     let t0 = Instant::now();
     if !restored.is_empty() {
-        r.timeline.events.push((0.0, format!("before the sale: {}", restored.join("; "))));
+        let what = format!("before the sale: {}", restored.join("; "));
+        println!("   {what}");
+        r.timeline.events.push((0.0, what));
     }
     println!(
-        "   sale {g}: {} units, {} buyers arriving over {:.0} s",
+        "   sale {g}: {} units, {} buyers arriving over {:.0} s{}",
         r.units,
         r.buyers_planned,
-        case.arrive_over.as_secs_f64()
+        case.arrive_over.as_secs_f64(),
+        if endpoints.len() > 1 {
+            format!(", spread over {} gateways", endpoints.len())
+        } else {
+            String::new()
+        }
     );
 
-    // The load and the fault, side by side.
-    let load = Arc::new(Load::new(endpoint.clone(), g, t0));
-    // Distinct users per case, so no case sees another's reservations or orders.
+    // The load and the fault, side by side (and the hot user, when the case has one).
+    let load = Arc::new(Load::new(endpoints.clone(), g, t0));
+    // Distinct users per case, so no case sees another's reservations or orders; the users
+    // just below the buyers' are the case's own probes.
     let first = (index as i64 + 1) * 1_000_000;
     let users = first..first + r.buyers_planned;
-    let (mut logs, timeline) = tokio::join!(
+    let mut consumed =
+        if case.extra.contains(&Extra::ConsumersShare) { Some(Consumed::start(fleet).await) } else { None };
+    let admins = (0..case.replicas)
+        .map(|k| Endpoint::parse(&format!("http://127.0.0.1:{}", fleet.admin_port(k))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let hot = async {
+        if case.extra.contains(&Extra::OneLimit) {
+            Some(replicas::hot_user(endpoints.clone(), admins.clone(), g, first - 1).await)
+        } else {
+            None
+        }
+    };
+    let (mut logs, timeline, hot) = tokio::join!(
         buyers::arrive(load.clone(), users, case.arrive_over, false),
-        run_steps(&case.steps, fleet, servers, t0)
+        run_steps(&case.steps, fleet, servers, t0, consumed.as_mut()),
+        hot
     );
     r.timeline = timeline;
     if let Some(e) = &r.timeline.error {
         // Leave the next case a whole system even so.
-        let _ = fleet.ensure_all().await;
+        let _ = fleet.ensure_all(case.replicas).await;
         println!("   fault step failed: {e}");
     }
 
@@ -288,7 +320,7 @@ async fn run_sale(
     let took_part = logs.iter().filter(|l| l.took_part()).count() as i64;
     if took_part > r.units {
         let since = t0.elapsed().as_secs_f64();
-        let late = late_buyers(&endpoint, servers, g, t0, r.units, first + r.buyers_planned).await?;
+        let late = late_buyers(&endpoints, servers, g, t0, r.units, first + r.buyers_planned).await?;
         if !late.is_empty() {
             let bought =
                 late.iter().filter(|l| l.accepted.iter().any(|a| a.state == FinalState::Success)).count();
@@ -306,17 +338,59 @@ async fn run_sale(
     let back = r.timeline.back_s.map_or(Duration::ZERO, Duration::from_secs_f64);
     tokio::time::sleep_until((t0 + back + SETTLE).max(Instant::now() + Duration::from_secs(2)).into()).await;
     let outside = read_outside(&load, servers, g, &logs).await?;
-    let (figures, checks) = verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
+    let (figures, mut checks) =
+        verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
+
+    // What only a replicated case checks.
+    if case.extra.contains(&Extra::SoldOutEverywhere) {
+        checks.push(replicas::sold_out_everywhere(fleet, g, first - 10, sold_out_in_db(&outside)).await);
+    }
+    if let Some(c) = consumed {
+        let (taken, errors) = c.finish(fleet).await;
+        checks.push(replicas::consumers_share(fleet.replicas(), &taken, &errors));
+    }
+    if let Some(h) = &hot {
+        checks.push(replicas::one_limit(h));
+    }
     r.figures = Some(figures);
     r.checks = checks;
     Ok(())
 }
 
-/// Runs a case's steps from the sale's opening `t0`; stops at the first failed step.
-async fn run_steps(steps: &[Step], fleet: &mut Fleet, servers: &Servers, t0: Instant) -> Timeline {
+/// Whether the database holds as many active orders as units, and what it holds.
+fn sold_out_in_db(outside: &Outside) -> (bool, String) {
+    let active = outside.orders.iter().filter(|o| o.active()).count() as i64;
+    match outside.stock {
+        Some((total, available)) => (
+            active >= total && available == 0,
+            format!("{active} active orders for {total} units, stock_available {available}"),
+        ),
+        None => (false, "the goods row could not be read".into()),
+    }
+}
+
+/// Runs a case's steps from the sale's opening `t0`; stops at the first failed step. Before a
+/// process is stopped or killed, `consumed` (if kept) reads what it consumed so far.
+async fn run_steps(
+    steps: &[Step],
+    fleet: &mut Fleet,
+    servers: &Servers,
+    t0: Instant,
+    mut consumed: Option<&mut Consumed>,
+) -> Timeline {
     let mut tl = Timeline::default();
     let secs = || t0.elapsed().as_secs_f64();
     for step in steps {
+        if let (Some(c), Step::Kill9(_) | Step::Term(_)) = (consumed.as_deref_mut(), step) {
+            let units = match step {
+                Step::Kill9(us) => us.clone(),
+                Step::Term(u) => vec![*u],
+                _ => Vec::new(),
+            };
+            for u in units {
+                c.before_stop(fleet, u).await;
+            }
+        }
         let at = secs();
         let done: anyhow::Result<String> = match step {
             Step::Wait(d) => {
@@ -331,16 +405,19 @@ async fn run_steps(steps: &[Step], fleet: &mut Fleet, servers: &Servers, t0: Ins
                 tl.back_s = Some(at);
                 Ok("everything is running again".into())
             }
-            Step::Kill9(s) => fleet.kill9(*s).await.map(|()| format!("kill -9 {}", s.name())),
-            Step::Term(s) => fleet.term(*s).await.map(|(took, status)| {
-                format!("SIGTERM {}: exited after {:.1} s ({status})", s.name(), took.as_secs_f64())
+            Step::Kill9(us) => fleet.kill9(us).await.map(|()| {
+                let names: Vec<String> = us.iter().map(Unit::to_string).collect();
+                format!("kill -9 {}", names.join(" and "))
             }),
-            Step::Start(s) => fleet
-                .start(*s)
+            Step::Term(u) => fleet.term(*u).await.map(|(took, status)| {
+                format!("SIGTERM {u}: exited after {:.1} s ({status})", took.as_secs_f64())
+            }),
+            Step::Start(u) => fleet
+                .start(*u)
                 .await
-                .map(|took| format!("{} started, ready after {:.1} s", s.name(), took.as_secs_f64())),
-            Step::Pause(s) => fleet.signal(*s, Signal::STOP).map(|()| format!("SIGSTOP {}", s.name())),
-            Step::Resume(s) => fleet.signal(*s, Signal::CONT).map(|()| format!("SIGCONT {}", s.name())),
+                .map(|took| format!("{u} started, ready after {:.1} s", took.as_secs_f64())),
+            Step::Pause(u) => fleet.signal(*u, Signal::STOP).map(|()| format!("SIGSTOP {u}")),
+            Step::Resume(u) => fleet.signal(*u, Signal::CONT).map(|()| format!("SIGCONT {u}")),
             Step::Ctl(server, action) => servers
                 .control(*server, action)
                 .await
@@ -365,14 +442,14 @@ async fn run_steps(steps: &[Step], fleet: &mut Fleet, servers: &Servers, t0: Ins
 /// Late buyers, four at a time, while the database has fewer active orders than units, for
 /// up to [`LATE_FOR`].
 async fn late_buyers(
-    endpoint: &Arc<Endpoint>,
+    endpoints: &[Arc<Endpoint>],
     servers: &Servers,
     g: i64,
     t0: Instant,
     units: i64,
     mut next_user: i64,
 ) -> anyhow::Result<Vec<BuyerLog>> {
-    let mut load = Load::new(endpoint.clone(), g, t0);
+    let mut load = Load::new(endpoints.to_vec(), g, t0);
     load.retry_budget = LATE_FOR;
     load.result_wait = Duration::from_secs(30);
     load.none_grace = Duration::from_secs(10);
@@ -396,24 +473,6 @@ async fn late_buyers(
     }
 }
 
-async fn create_sale(conn: &mut Conn, admin: &str, units: i64, case: &str) -> anyhow::Result<Goods> {
-    let now = Utc::now();
-    let body = NewGoods {
-        name: format!("faults {case} {}", now.format("%H:%M:%S")),
-        price_cents: 99_900,
-        seckill_price_cents: 49_900,
-        stock_total: units,
-        start_at: now - chrono::Duration::seconds(1),
-        end_at: now + chrono::Duration::hours(2),
-    };
-    let bearer = bearer_header(admin)?;
-    let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;
-    if a.status != 201 {
-        bail!("POST /api/admin/goods answered HTTP {}: {}", a.status, String::from_utf8_lossy(&a.body));
-    }
-    Ok(serde_json::from_slice(&a.body)?)
-}
-
 /// The end state from outside: each buyer's result, the sale at the gateway and in both
 /// databases, and the orders each concerned buyer sees.
 async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog]) -> anyhow::Result<Outside> {
@@ -428,7 +487,7 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
         let mine: Vec<i64> = users.iter().skip(k).step_by(READERS).copied().collect();
         let bearers = &bearers;
         async move {
-            let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+            let mut conn = Conn::new(load.endpoint(k).clone(), load.request_timeout);
             let mut got = Vec::with_capacity(mine.len());
             for u in mine {
                 got.push((u, buyers::read_result(load, &mut conn, &bearers[&u], deadline).await));
@@ -439,7 +498,7 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
     .await;
     let mut end: HashMap<i64, Option<(FinalState, Option<i64>)>> = reads.into_iter().flatten().collect();
     let again_until = Instant::now() + REQUEUED_FOR;
-    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    let mut conn = Conn::new(load.endpoint(0).clone(), load.request_timeout);
     loop {
         let queued: Vec<i64> =
             end.iter().filter(|(_, r)| matches!(r, Some((FinalState::Queued, _)))).map(|(u, _)| *u).collect();
@@ -483,7 +542,7 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
         .collect();
 
     let deadline = Instant::now() + READ_FOR;
-    let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+    let mut conn = Conn::new(load.endpoint(0).clone(), load.request_timeout);
     let api_available = buyers::get_ok(&mut conn, &format!("/api/goods/{g}"), None, deadline)
         .await
         .and_then(|b| serde_json::from_slice::<Goods>(&b).ok())
@@ -495,7 +554,7 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
         let mine: Vec<i64> = concerned.iter().skip(k).step_by(READERS).copied().collect();
         let bearers = &bearers;
         async move {
-            let mut conn = Conn::new(load.endpoint.clone(), load.request_timeout);
+            let mut conn = Conn::new(load.endpoint(k).clone(), load.request_timeout);
             let mut got = Vec::with_capacity(mine.len());
             for u in mine {
                 let list = match bearers.get(&u) {
@@ -601,6 +660,8 @@ pub(crate) mod tests {
             Config { redis_url: "redis://127.0.0.1".into(), ..config() },
             Config { amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(), ..config() },
             Config { http_port: 8078, ..config() },
+            // Replica 1 of the gateway would take 8080.
+            Config { http_port: 8070, ..config() },
         ] {
             assert!(bad.check_ports().is_err(), "{bad:?}");
         }
