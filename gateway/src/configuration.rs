@@ -70,8 +70,10 @@ pub struct RateLimitSettings {
     /// Keep the buckets in Redis (`redis.*`), shared by every gateway replica. Off: each
     /// replica limits alone, so N replicas let a client through N times the limit.
     pub shared: bool,
-    /// Tokens a replica takes from a shared bucket at once and spends locally (1: a Redis call
-    /// for every request that passes the replica's own bucket).
+    /// Tokens a replica takes from a shared bucket at once and spends locally (1: a Redis ask
+    /// for every request that passes the replica's own bucket). More saves asks only for a
+    /// client that comes back to the same replica within the lease's life (lease x 1/rate), and
+    /// one spread over replicas may find up to `lease - 1` of its tokens held by another.
     pub lease: u32,
     /// How long a shared-bucket call may take before the replica decides alone.
     pub shared_timeout_ms: u64,

@@ -46,6 +46,11 @@ pub struct SeckillSettings {
     /// authorities: longer than an order consumer's batch, so that what the consumers held
     /// unacknowledged at the count has been claimed (and so counted) by then.
     pub rebuild_settle_ms: u64,
+    /// Requests this replica works on at once on the routes that reach Redis (path token,
+    /// order, result); past it a request is answered 503 `BUSY` with `Retry-After` at once,
+    /// before touching anything. Bounds the wait of a request queued behind the others to about
+    /// this many divided by the replica's rate.
+    pub max_in_flight: usize,
 }
 
 impl Default for SeckillSettings {
@@ -58,6 +63,7 @@ impl Default for SeckillSettings {
             reconcile_after_secs: 30,
             audit_interval_secs: 60,
             rebuild_settle_ms: 2_000,
+            max_in_flight: 1_024,
         }
     }
 }
@@ -81,6 +87,7 @@ impl Settings {
         ConfigError::check_positive("seckill.token_ttl_secs", seckill.token_ttl_secs)?;
         ConfigError::check_positive("seckill.reconcile_interval_secs", seckill.reconcile_interval_secs)?;
         ConfigError::check_positive("seckill.audit_interval_secs", seckill.audit_interval_secs)?;
+        ConfigError::check_positive("seckill.max_in_flight", seckill.max_in_flight as u64)?;
         if seckill.reconcile_after_secs.saturating_mul(1000) <= self.amqp.confirm_timeout_ms {
             return Err(ConfigError::at(
                 "seckill.reconcile_after_secs",
@@ -107,5 +114,8 @@ mod tests {
         let mut s = Settings::default();
         s.seckill.reconcile_after_secs = 5;
         assert!(s.validate().unwrap_err().to_string().contains("seckill.reconcile_after_secs"));
+        let mut s = Settings::default();
+        s.seckill.max_in_flight = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("seckill.max_in_flight"));
     }
 }

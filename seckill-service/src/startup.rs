@@ -12,6 +12,7 @@ use seckill_infra::broker_use::BrokerUse;
 use seckill_infra::consumer::{self, ConsumerSpec, Source};
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
+use seckill_web::shed::InFlight;
 use seckill_web::{Application, Lifecycle, Service};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
@@ -77,6 +78,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         confirmations,
         retry_delay_ms: settings.amqp.retry_delay_ms,
         confirm_timeout_ms: settings.amqp.confirm_timeout_ms,
+        in_flight: InFlight::new(settings.seckill.max_in_flight, "seckill_requests_shed_total"),
     });
 
     // Warm-up in the background: a stock-service still starting must not stop this one; a

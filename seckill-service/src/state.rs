@@ -6,6 +6,7 @@ use seckill_common::amqp::AmqpNames;
 use seckill_infra::amqp::Publisher;
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
+use seckill_web::shed::InFlight;
 
 use crate::configuration::SeckillSettings;
 use crate::confirmations::Confirmations;
@@ -26,4 +27,6 @@ pub struct AppState {
     pub retry_delay_ms: u64,
     /// `amqp.confirm_timeout_ms`: the longest a publish of a lost epoch may still land.
     pub confirm_timeout_ms: u64,
+    /// `seckill.max_in_flight`: the requests that reach Redis, at most this many at once.
+    pub in_flight: InFlight,
 }

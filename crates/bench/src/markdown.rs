@@ -774,7 +774,7 @@ impl<'a> CostTable<'a> {
             (HOP, "hop (per GET)"),
             (SOLD_OUT, "sold-out (per 410)"),
             (SOLD_OUT_PER_REPLICA, "sold-out, per-replica limit (per 410)"),
-            (SOLD_OUT_LEASE, "sold-out, lease (per 410)"),
+            (SOLD_OUT_LEASE, "sold-out, BENCH_LEASE (per 410)"),
             (DRAIN, "drain (per accepted order, consumer running)"),
             (DRAIN_BACKLOG, "drain-backlog load (per accepted order, consumer paused)"),
         ]

@@ -21,7 +21,8 @@ impl RedisKeys {
     }
 
     /// The gateway's shared rate-limit bucket of one class of routes for one user id or client
-    /// address (`scripts::RATE_LIMIT`). One key a bucket, so on a cluster the buckets spread.
+    /// address (`scripts::RATE_LIMIT`). One call takes several keys: on a cluster the gateway
+    /// must batch per hash slot (not yet: `redis.url` names one server).
     pub fn rate_limit(&self, class: &str, who: &str) -> String {
         format!("{}seckill:rl:{class}:{who}", self.prefix)
     }

@@ -199,23 +199,37 @@ return ARGV[1]
 /// The gateway's shared rate limit: a GCRA bucket per (class, user or address), kept in Redis so
 /// every gateway replica takes from the same one. The clock is Redis' own (`TIME`): the
 /// replicas' clocks may disagree, the bucket's may not.
-/// KEYS: the bucket. ARGV: emission interval (µs, 1 s / rate), burst, tokens wanted (>= 1).
-/// Returns `{granted, wait_us}`: granted tokens (0 to wanted, as many as conform now; each
-/// moves the bucket's theoretical arrival time one interval on), and when none is granted how
-/// long until one would be. The key lives as long as the bucket is not full again.
+///
+/// One call serves a batch of requests (the gateway gathers those waiting while its previous
+/// call was out): one script run and one `TIME` for all of them, the cost of a call shared.
+/// A key may appear more than once; each takes from the bucket as the ones before it left it.
+/// KEYS: the buckets. ARGV: per key, three values: emission interval (µs, 1 s / rate), burst,
+/// tokens wanted (>= 1). Returns per key two integers, `granted, wait_us`: granted tokens (0 to
+/// wanted, as many as conform now; each moves the bucket's theoretical arrival time one
+/// interval on), and when none is granted how long until one would be. A key lives as long as
+/// its bucket is not full again.
 pub const RATE_LIMIT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local tolerance = (tonumber(ARGV[2]) - 1) * interval
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local room = tolerance - (tat - now)
-if room < 0 then return {0, -room} end
-local granted = math.min(tonumber(ARGV[3]), math.floor(room / interval) + 1)
-tat = tat + granted * interval
-redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return {granted, 0}
+local out = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[3 * i - 2])
+  local tolerance = (tonumber(ARGV[3 * i - 1]) - 1) * interval
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  local room = tolerance - (tat - now)
+  if room < 0 then
+    out[2 * i - 1] = 0
+    out[2 * i] = -room
+  else
+    local granted = math.min(tonumber(ARGV[3 * i]), math.floor(room / interval) + 1)
+    tat = tat + granted * interval
+    redis.call('SET', key, string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+    out[2 * i - 1] = granted
+    out[2 * i] = 0
+  end
+end
+return out
 ";
 
 /// The value of a result key, parsed.

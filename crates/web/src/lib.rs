@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod request_id;
 pub mod runner;
 pub mod server;
+pub mod shed;
 pub mod trust;
 
 pub use error::ApiError;

@@ -1,17 +1,25 @@
 //! The buckets every gateway replica shares: one GCRA bucket per (class, user or address) in
-//! Redis, taken by one script call (`scripts::RATE_LIMIT`) on Redis' own clock.
+//! Redis, taken by a script (`scripts::RATE_LIMIT`) on Redis' own clock.
+//!
+//! The requests do not call Redis one by one: they queue their asks, and one task sends every
+//! ask waiting in one script call, then the next batch once that call has answered. An idle
+//! gateway sends a call per ask (no waiting added); under a spike a call carries several, which
+//! share its fixed cost (Redis' read, script start and reply; the gateway's write and read).
 //!
 //! A replica may take a few tokens at once (`rate_limit.lease`) and spend them locally: fewer
-//! Redis calls for a client that keeps coming back to the same replica. Leased tokens are
-//! already taken from the shared bucket, so a lease never lets more through than the limit; a
-//! lease lives only as long as the shared bucket takes to earn its tokens back, so over any
-//! stretch of time a user gets at most the limit plus one lease per replica.
+//! asks for a client that keeps coming back to the same replica. Leased tokens are already
+//! taken from the shared bucket, so a lease never lets more through than the limit; a lease
+//! lives only as long as the shared bucket takes to earn its tokens back, so over any stretch
+//! of time a user gets at most the limit plus one lease per replica. A request refused by
+//! Redis takes from its replica's lease when one holds tokens: concurrent requests of one
+//! user ask at once, and the first answer's lease serves the others.
 //!
-//! When Redis fails or answers later than `rate_limit.shared_timeout_ms`, this replica's own
-//! bucket decides alone for [`OUTAGE_RETRY`], then one call tries Redis again. The switch is
-//! logged each way, `gateway_rate_limit_shared_up` shows the state and
+//! When Redis fails or does not answer an ask within `rate_limit.shared_timeout_ms`, this
+//! replica's own bucket decides alone for [`OUTAGE_RETRY`], then asks try Redis again. The
+//! switch is logged each way, `gateway_rate_limit_shared_up` shows the state and
 //! `gateway_rate_limit_fallback_total` counts the requests decided without Redis.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,6 +28,7 @@ use redis::Script;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts;
 use seckill_infra::redis::{Redis, RedisUse};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Class, Who};
 use crate::configuration::Quota;
@@ -31,94 +40,226 @@ pub const REDIS_USE: RedisUse = RedisUse { scripts: &[scripts::RATE_LIMIT], comm
 /// How long a replica decides alone after a failed Redis call before trying again.
 pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 
+/// Asks one call carries at most: a call holds Redis' one thread for about 5 µs an ask.
+pub const MAX_BATCH: usize = 64;
+
+/// Asks that may wait for the next call; beyond, a request waits for room (within its timeout).
+const QUEUE: usize = 4 * MAX_BATCH;
+
 pub struct SharedLimits {
-    redis: Redis,
+    asks: mpsc::Sender<Ask>,
     keys: RedisKeys,
-    script: Script,
-    /// Tokens asked for in one call (1: one call per request).
+    /// Tokens asked for at once (1: one ask per request).
     lease: u32,
     timeout: Duration,
-    leases: DashMap<(Class, Who), Lease>,
-    outage: Outage,
+    leases: Arc<Leases>,
+    outage: Arc<Outage>,
 }
 
-/// Tokens taken from the shared bucket and not spent yet.
-struct Lease {
-    left: u32,
-    until: Instant,
+/// One request's ask, waiting for the next call.
+struct Ask {
+    bucket: (Class, Who),
+    key: String,
+    interval_us: u64,
+    burst: u32,
+    want: u32,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// What the call said of one ask.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// The request passes (any further tokens granted went to the replica's lease).
+    Pass,
+    /// Refused: the bucket has room again in this many microseconds.
+    Wait(u64),
+    /// The call failed (logged by the outage); the replica decides alone.
+    Failed,
 }
 
 impl SharedLimits {
+    /// Starts the task that sends the asks; it ends when this is dropped.
     pub fn new(redis: Redis, keys: RedisKeys, lease: u32, timeout: Duration) -> Self {
         metrics::gauge!("gateway_rate_limit_shared_up").set(1.0);
-        Self {
+        let outage = Arc::new(Outage::new());
+        let leases = Arc::new(Leases::default());
+        let (asks, queue) = mpsc::channel(QUEUE);
+        let caller = Caller {
             redis,
-            keys,
             script: Script::new(REDIS_USE.scripts[0]),
-            lease: lease.max(1),
             timeout,
-            leases: DashMap::new(),
-            outage: Outage::new(),
-        }
+            outage: outage.clone(),
+            leases: leases.clone(),
+        };
+        tokio::spawn(caller.run(queue));
+        Self { asks, keys, lease: lease.max(1), timeout, leases, outage }
     }
 
     /// Takes one request from the shared bucket (or this replica's lease of it); `Err` holds
     /// how long until one would pass. `Ok` without Redis while it is out (see the module).
     pub async fn take(&self, class: Class, who: Who, quota: Quota) -> Result<(), Duration> {
-        let now = Instant::now();
-        if self.lease > 1
-            && let Some(mut lease) = self.leases.get_mut(&(class, who))
-            && lease.left > 0
-            && lease.until > now
-        {
-            lease.left -= 1;
+        if self.lease > 1 && self.leases.take(&(class, who)) {
             return Ok(());
         }
         if self.outage.ongoing() {
-            metrics::counter!("gateway_rate_limit_fallback_total").increment(1);
-            return Ok(());
+            return decided_alone();
         }
-        let interval_us = 1_000_000 / u64::from(quota.per_sec.get());
-        let want = self.lease.min(quota.burst.get());
-        let call = async {
-            let mut conn = self.redis.clone();
-            self.script
-                .key(self.keys.rate_limit(class.name(), &who.to_string()))
-                .arg(interval_us)
-                .arg(quota.burst.get())
-                .arg(want)
-                .invoke_async::<(u32, u64)>(&mut conn)
-                .await
+        let (answer, answered) = oneshot::channel();
+        let ask = Ask {
+            bucket: (class, who),
+            key: self.keys.rate_limit(class.name(), &who.to_string()),
+            interval_us: 1_000_000 / u64::from(quota.per_sec.get()),
+            burst: quota.burst.get(),
+            want: self.lease.min(quota.burst.get()),
+            answer,
         };
-        let answer = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => return self.decide_alone(&e.to_string()),
-            Err(_) => return self.decide_alone(&format!("no answer within {:?}", self.timeout)),
+        let asked = async {
+            self.asks.send(ask).await.ok()?;
+            answered.await.ok()
         };
-        self.outage.end();
-        match answer {
-            (0, wait_us) => Err(Duration::from_micros(wait_us)),
-            (granted, _) => {
-                if granted > 1 {
-                    // The lease lives as long as the bucket takes to earn it back.
-                    let life = Duration::from_micros(interval_us * u64::from(granted)).min(OUTAGE_RETRY);
-                    self.leases.insert((class, who), Lease { left: granted - 1, until: now + life });
-                }
-                Ok(())
+        match tokio::time::timeout(self.timeout, asked).await {
+            Ok(Some(Answer::Pass)) => Ok(()),
+            Ok(Some(Answer::Wait(wait_us))) => Err(Duration::from_micros(wait_us)),
+            Ok(Some(Answer::Failed)) => decided_alone(),
+            Ok(None) => {
+                self.outage.begin("the shared rate-limit task stopped");
+                decided_alone()
+            }
+            Err(_) => {
+                self.outage.begin(&format!("no answer within {:?}", self.timeout));
+                decided_alone()
             }
         }
     }
 
-    fn decide_alone(&self, why: &str) -> Result<(), Duration> {
-        self.outage.begin(why);
-        metrics::counter!("gateway_rate_limit_fallback_total").increment(1);
-        Ok(())
-    }
-
     /// Drops leases that ran out.
     pub fn forget_expired(&self) {
+        self.leases.forget_expired();
+    }
+}
+
+fn decided_alone() -> Result<(), Duration> {
+    metrics::counter!("gateway_rate_limit_fallback_total").increment(1);
+    Ok(())
+}
+
+/// Tokens this replica took from shared buckets and has not spent yet.
+#[derive(Default)]
+struct Leases(DashMap<(Class, Who), Lease>);
+
+struct Lease {
+    left: u32,
+    until: Instant,
+}
+
+impl Leases {
+    /// Spends one leased token of `bucket`, if one is left and still good.
+    fn take(&self, bucket: &(Class, Who)) -> bool {
+        match self.0.get_mut(bucket) {
+            Some(mut lease) if lease.left > 0 && lease.until > Instant::now() => {
+                lease.left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps `tokens` just taken from `bucket`'s shared bucket, good for `life` (the time the
+    /// bucket takes to earn them back). Added to a lease still good, they expire with it: on
+    /// the safe side.
+    fn add(&self, bucket: (Class, Who), tokens: u32, life: Duration) {
+        let until = Instant::now() + life.min(OUTAGE_RETRY);
+        self.0
+            .entry(bucket)
+            .and_modify(|lease| {
+                if lease.until > Instant::now() {
+                    lease.left += tokens;
+                } else {
+                    *lease = Lease { left: tokens, until };
+                }
+            })
+            .or_insert(Lease { left: tokens, until });
+    }
+
+    fn forget_expired(&self) {
         let now = Instant::now();
-        self.leases.retain(|_, lease| lease.until > now && lease.left > 0);
+        self.0.retain(|_, lease| lease.until > now && lease.left > 0);
+    }
+}
+
+/// The task that turns the queued asks into script calls, one call at a time.
+struct Caller {
+    redis: Redis,
+    script: Script,
+    timeout: Duration,
+    outage: Arc<Outage>,
+    leases: Arc<Leases>,
+}
+
+impl Caller {
+    async fn run(self, mut queue: mpsc::Receiver<Ask>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            // A request that gave up (its timeout) no longer takes a token.
+            batch.retain(|ask| !ask.answer.is_closed());
+            if !batch.is_empty() {
+                self.call(&mut batch).await;
+            }
+            batch.clear();
+        }
+    }
+
+    /// One script call for `batch`; every ask gets its answer, in order, so a lease granted to
+    /// one ask is there for the refused asks of the same bucket after it.
+    async fn call(&self, batch: &mut Vec<Ask>) {
+        metrics::counter!("gateway_rate_limit_shared_calls_total").increment(1);
+        metrics::counter!("gateway_rate_limit_shared_asks_total").increment(batch.len() as u64);
+        let mut invocation = self.script.prepare_invoke();
+        for ask in batch.iter() {
+            invocation.key(&ask.key).arg(ask.interval_us).arg(ask.burst).arg(ask.want);
+        }
+        let mut conn = self.redis.clone();
+        let flat =
+            match tokio::time::timeout(self.timeout, invocation.invoke_async::<Vec<u64>>(&mut conn)).await {
+                Ok(Ok(flat)) if flat.len() == 2 * batch.len() => {
+                    self.outage.end();
+                    Some(flat)
+                }
+                Ok(Ok(flat)) => {
+                    self.outage.begin(&format!("{} values for {} asks", flat.len(), batch.len()));
+                    None
+                }
+                Ok(Err(e)) => {
+                    self.outage.begin(&e.to_string());
+                    None
+                }
+                Err(_) => {
+                    self.outage.begin(&format!("no answer within {:?}", self.timeout));
+                    None
+                }
+            };
+        for (i, ask) in batch.drain(..).enumerate() {
+            let answer = match flat.as_deref() {
+                None => Answer::Failed,
+                Some(flat) => match (flat[2 * i], flat[2 * i + 1]) {
+                    (0, wait_us) if !self.leases.take(&ask.bucket) => Answer::Wait(wait_us),
+                    (0, _) => Answer::Pass,
+                    (granted, _) => {
+                        if granted > 1 {
+                            let tokens = u32::try_from(granted - 1).unwrap_or(u32::MAX);
+                            self.leases.add(
+                                ask.bucket,
+                                tokens,
+                                Duration::from_micros(ask.interval_us * granted),
+                            );
+                        }
+                        Answer::Pass
+                    }
+                },
+            };
+            // The request may have given up meanwhile: nothing to tell it.
+            let _ = ask.answer.send(answer);
+        }
     }
 }
 

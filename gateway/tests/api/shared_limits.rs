@@ -92,16 +92,60 @@ async fn a_lease_never_lets_more_through_than_the_limit() {
     assert!(passed <= one_limit(elapsed), "{passed} passed in {elapsed:?} with leases");
 }
 
+/// One unlabelled metric's value on `app`'s admin port.
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let text = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+}
+
 /// `gateway_rate_limit_shared_up` and `gateway_rate_limit_fallback_total` on the admin port.
 async fn shared_state(app: &TestApp) -> (f64, f64) {
-    let text = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
-    let value = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+    (
+        metric(app, "gateway_rate_limit_shared_up").await,
+        metric(app, "gateway_rate_limit_fallback_total").await,
+    )
+}
+
+#[tokio::test]
+async fn concurrent_clicks_share_script_calls_and_one_user_still_gets_one_limit() {
+    let names = TestNames::new();
+    let (a, b, _upstreams) = two_gateways(&names.redis_prefix, |_| {});
+    let gateways = [&a, &b];
+    let click = |k: usize, user: i64| {
+        let app = gateways[k % 2];
+        let req = app.post("/api/seckill/1/orders").bearer_auth(user_token(user));
+        async move { req.send().await.unwrap().status().as_u16() }
     };
-    (value("gateway_rate_limit_shared_up"), value("gateway_rate_limit_fallback_total"))
+
+    // 200 buyers once each and one user 40 times, all at once over both gateways.
+    let started = Instant::now();
+    let (buyers, hot) = tokio::join!(
+        futures_util::future::join_all((0..200).map(|k| click(k, 1_000 + k as i64))),
+        futures_util::future::join_all((0..40).map(|k| click(k, 42))),
+    );
+    let elapsed = started.elapsed();
+
+    assert!(buyers.iter().all(|&s| s == 200), "every buyer within its limit: {buyers:?}");
+    assert!(hot.iter().all(|&s| s == 200 || s == 429), "{hot:?}");
+    let passed = hot.iter().filter(|&&s| s == 200).count();
+    assert!(passed >= BURST as usize, "the burst passes: {passed}");
+    assert!(passed <= one_limit(elapsed), "{passed} of 40 concurrent clicks passed in {elapsed:?}");
+    // Every ask that reached the shared buckets went in a call with others waiting.
+    let mut asks = 0.0;
+    let mut calls = 0.0;
+    for app in gateways {
+        asks += metric(app, "gateway_rate_limit_shared_asks_total").await;
+        calls += metric(app, "gateway_rate_limit_shared_calls_total").await;
+    }
+    // Each buyer asked once, the hot user at least once (a lease takes several tokens an ask).
+    assert!(asks >= 201.0, "{asks} asks");
+    assert!(calls < asks, "{calls} calls for {asks} asks: no call carried two");
+    for app in gateways {
+        assert_eq!(metric(app, "gateway_rate_limit_shared_up").await, 1.0, "no request decided alone");
+    }
 }
 
 #[tokio::test]

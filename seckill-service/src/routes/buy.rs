@@ -55,11 +55,13 @@ pub async fn path_token(
     if sale.flagged_sold_out(now_ms()) {
         return Err(sold_out());
     }
+    let _slot = state.in_flight.enter("token")?;
     let token = state.gate.path_token(sale.id(), user.id, state.settings.token_ttl_secs).await?;
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
 }
 
-/// `POST /api/seckill/{goods_id}/orders`: sold-out flag, one reserve script, one confirmed
+/// `POST /api/seckill/{goods_id}/orders`: sold-out flag, a slot among the requests in flight
+/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script, one confirmed
 /// publish, 202. Nothing here touches the database.
 #[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
 pub async fn order(
@@ -74,6 +76,8 @@ pub async fn order(
     if sale.flagged_sold_out(now) {
         return Err(sold_out());
     }
+    // Held until the confirm: a reservation awaiting its confirm is work in flight.
+    let _slot = state.in_flight.enter("order")?;
     let token = if state.settings.require_token {
         let presented = req
             .headers()
@@ -187,6 +191,7 @@ pub async fn result(
     path: web::Path<GoodsId>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
+    let _slot = state.in_flight.enter("result")?;
     let g = sale.id();
     let stored = match state.gate.result(g, user.id).await? {
         Some(known) => known,

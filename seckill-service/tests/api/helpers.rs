@@ -1,5 +1,5 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -100,7 +100,7 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
 /// A response's status and JSON body (Null when it has none).
 pub type Answer = (u16, Value);
 
-async fn answer(res: reqwest::Response) -> Answer {
+pub async fn answer(res: reqwest::Response) -> Answer {
     let status = res.status().as_u16();
     (status, res.json().await.unwrap_or(Value::Null))
 }
@@ -227,6 +227,8 @@ pub struct OrderBook {
     pub signed_calls: AtomicUsize,
     /// Calls refused for want of it.
     pub refused_calls: AtomicUsize,
+    /// How long `/internal/orders/active` takes to answer (a slow order authority).
+    pub delay_ms: AtomicU64,
 }
 
 impl OrderBook {
@@ -299,6 +301,10 @@ async fn active(
 ) -> HttpResponse {
     if !from_seckill(&req, &book) {
         return HttpResponse::Unauthorized().finish();
+    }
+    let delay = book.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     let Some(g) = query_id::<GoodsId>(&q, "goods_id") else { return HttpResponse::BadRequest().finish() };
     let user = query_id::<UserId>(&q, "user_id");

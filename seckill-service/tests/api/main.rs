@@ -5,3 +5,4 @@ mod buy;
 mod helpers;
 mod identity;
 mod reconcile;
+mod shed;
