@@ -17,12 +17,13 @@
 #      for the one-hop baseline, a trivial upstream (seckill-bench upstream, :18083) and a
 #      second gateway (:18080, same binary and config file) whose stock upstream is that
 #      trivial server; its limits stay in its own memory (SECKILL__RATE_LIMIT__SHARED=false),
-#      and its seckill upstream is the system's seckill-service, so the sold-out scenario
-#      clicks through it too: the per-replica limit the shared one is compared with. Then two
+#      it forwards every buy click (SECKILL__SOLD_OUT__REMEMBER_MS=0), and its seckill
+#      upstream is the system's seckill-service, so the sold-out scenario clicks through it
+#      too: the gateway before shared limits, which the system's is compared with. Then two
 #      gateways with the system gateway's settings (its Redis and key prefix, limits shared):
-#      :18180 with SECKILL__RATE_LIMIT__LEASE=$BENCH_LEASE (4), for the sold-out scenario
-#      with a lease, and :18280 as it is, the system gateway's twin, for one user clicking
-#      over two gateways.
+#      :18180 forwarding every buy click (SECKILL__SOLD_OUT__REMEMBER_MS=0), for the shared
+#      limit's cost on a forwarded click, and :18280 as it is, the system gateway's twin, for
+#      one user clicking over two gateways.
 #   2. Phase A, the system exactly as up.sh started it (path tokens required):
 #      seed, spike, hot-user (600 clicks at 200/s through :8080), hot-user-two-gateways (the same user's clicks
 #      spread over :8080 and the twin :18280; both told the buy class's limit, so the report
@@ -32,8 +33,8 @@
 #      down.sh stops it). Then BENCH_REPEAT times, interleaved so drift hits all alike: the
 #      gateway's /healthz, the trivial upstream alone, the hop, the sold-out scenario (orders
 #      without a path token) through the system gateway, through the hop gateway
-#      (sold-out-per-replica; the sale created through :8080) and through the lease gateway
-#      (sold-out-lease); then RabbitMQ persistent publishing with confirms, redis-benchmark
+#      (sold-out-per-replica; the sale created through :8080) and through the forwarding
+#      gateway (sold-out-forwarded); then RabbitMQ persistent publishing with confirms, redis-benchmark
 #      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
 #      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
 #      500 connections) and accept-sustained (open loop at 0.8 x drain's accepted rate);
@@ -48,8 +49,8 @@
 # Environment: BENCH_QUICK=1 smaller sizes and one run of each baseline; BENCH_REPEAT (default
 # 3, quick 1); BENCH_SECS (seconds of each http and sold-out run: default 8, quick 3);
 # BENCH_UPSTREAM_PORT (18083), BENCH_HOP_PORT (18080), BENCH_HOP_ADMIN_PORT (19080: the hop
-# gateway's admin listener, away from the system gateway's 9080); BENCH_LEASE (4: the lease
-# gateway's rate_limit.lease), BENCH_LEASE_PORT (18180), BENCH_LEASE_ADMIN_PORT (19180),
+# gateway's admin listener, away from the system gateway's 9080); BENCH_FORWARD_PORT (18180),
+# BENCH_FORWARD_ADMIN_PORT (19180) (the forwarding gateway),
 # BENCH_TWIN_PORT (18280), BENCH_TWIN_ADMIN_PORT (19280); SECKILL_PG_URL,
 # SECKILL_REDIS_URL, SECKILL_AMQP_URL as for up.sh. It needs psql and redis-cli (for the
 # clean-up). It refuses to start while the system is already up (it needs the configuration it
@@ -74,9 +75,8 @@ fi
 UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
 HOP_PORT=${BENCH_HOP_PORT:-18080}
 HOP_ADMIN_PORT=${BENCH_HOP_ADMIN_PORT:-19080}
-LEASE=${BENCH_LEASE:-4}
-LEASE_PORT=${BENCH_LEASE_PORT:-18180}
-LEASE_ADMIN_PORT=${BENCH_LEASE_ADMIN_PORT:-19180}
+FORWARD_PORT=${BENCH_FORWARD_PORT:-18180}
+FORWARD_ADMIN_PORT=${BENCH_FORWARD_ADMIN_PORT:-19180}
 TWIN_PORT=${BENCH_TWIN_PORT:-18280}
 TWIN_ADMIN_PORT=${BENCH_TWIN_ADMIN_PORT:-19280}
 GW=http://127.0.0.1:8080
@@ -191,7 +191,7 @@ remove_scratch() {
 cleanup() {
     local rc=$?
     stop_pidfile "$BDIR/gateway-hop.pid" gateway
-    stop_pidfile "$BDIR/gateway-lease.pid" gateway
+    stop_pidfile "$BDIR/gateway-forwarded.pid" gateway
     stop_pidfile "$BDIR/gateway-twin.pid" gateway
     stop_pidfile "$BDIR/upstream.pid" seckill-bench
     if ((SYSTEM_UP)); then
@@ -219,9 +219,9 @@ for name in "${SERVICES[@]}"; do
         die "$name is already running (run/$name.pid): bench.sh starts the system itself with its own settings; stop it first with scripts/down.sh."
     fi
 done
-for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT" "$LEASE_PORT" "$LEASE_ADMIN_PORT" "$TWIN_PORT" "$TWIN_ADMIN_PORT"; do
+for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT" "$FORWARD_PORT" "$FORWARD_ADMIN_PORT" "$TWIN_PORT" "$TWIN_ADMIN_PORT"; do
     if _seckill_tcp_open 127.0.0.1 "$port"; then
-        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT / BENCH_LEASE_PORT / BENCH_LEASE_ADMIN_PORT / BENCH_TWIN_PORT / BENCH_TWIN_ADMIN_PORT."
+        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT / BENCH_FORWARD_PORT / BENCH_FORWARD_ADMIN_PORT / BENCH_TWIN_PORT / BENCH_TWIN_ADMIN_PORT."
     fi
 done
 for tool in psql redis-cli; do
@@ -285,9 +285,11 @@ nohup "$BENCH" upstream --port "$UPSTREAM_PORT" </dev/null >"$BDIR/upstream.log"
 echo $! >"$BDIR/upstream.pid"
 wait_http "http://127.0.0.1:$UPSTREAM_PORT/" "$(cat "$BDIR/upstream.pid")" "the trivial upstream"
 mapfile -t UNSET < <(foreign_env "http log auth dev_token upstreams rate_limit admin")
-# A plain hop: its limits stay in its own memory (no Redis call per request).
+# A plain hop: its limits stay in its own memory (no Redis call per request), and it forwards
+# every buy click (no answers of its own for a sale seckill-service called gone).
 nohup env -u SECKILL_CONFIG "${UNSET[@]}" "SECKILL__HTTP__PORT=$HOP_PORT" "SECKILL__ADMIN__PORT=$HOP_ADMIN_PORT" \
     "SECKILL__UPSTREAMS__STOCK=http://127.0.0.1:$UPSTREAM_PORT" SECKILL__RATE_LIMIT__SHARED=false \
+    SECKILL__SOLD_OUT__REMEMBER_MS=0 \
     "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-hop.log" 2>&1 &
 echo $! >"$BDIR/gateway-hop.pid"
 wait_http "http://127.0.0.1:$HOP_PORT/healthz" "$(cat "$BDIR/gateway-hop.pid")" "the hop gateway"
@@ -299,17 +301,17 @@ start_shared_gateway() { # start_shared_gateway NAME PORT ADMIN_PORT [VAR=value.
     local name=$1 port=$2 admin=$3
     shift 3
     local -a unset
-    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit redis admin trust")
+    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit sold_out redis admin trust")
     nohup env -u SECKILL_CONFIG "${unset[@]}" "SECKILL__HTTP__PORT=$port" "SECKILL__ADMIN__PORT=$admin" \
         "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "$@" \
         "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-$name.log" 2>&1 &
     echo $! >"$BDIR/gateway-$name.pid"
     wait_http "http://127.0.0.1:$port/healthz" "$(cat "$BDIR/gateway-$name.pid")" "the $name gateway"
 }
-say "gateways sharing the system gateway's limits: :$LEASE_PORT with rate_limit.lease = $LEASE, :$TWIN_PORT as configured"
-start_shared_gateway lease "$LEASE_PORT" "$LEASE_ADMIN_PORT" "SECKILL__RATE_LIMIT__LEASE=$LEASE"
+say "gateways sharing the system gateway's limits: :$FORWARD_PORT forwarding every buy click, :$TWIN_PORT as configured"
+start_shared_gateway forwarded "$FORWARD_PORT" "$FORWARD_ADMIN_PORT" SECKILL__SOLD_OUT__REMEMBER_MS=0
 start_shared_gateway twin "$TWIN_PORT" "$TWIN_ADMIN_PORT"
-LEASE_GW=http://127.0.0.1:$LEASE_PORT
+FORWARD_GW=http://127.0.0.1:$FORWARD_PORT
 TWIN_GW=http://127.0.0.1:$TWIN_PORT
 
 # A gateway setting as the system's gateways see it: the environment, else
@@ -322,7 +324,8 @@ gateway_setting() { # gateway_setting SECTION KEY DEFAULT
 }
 BUY_LIMIT=(--buy-per-sec "$(gateway_setting rate_limit.buy per_sec 5)" --buy-burst "$(gateway_setting rate_limit.buy burst 10)")
 SHARED_SETTINGS=(--gateway-setting "rate_limit.shared=$(gateway_setting rate_limit shared true)"
-    --gateway-setting "rate_limit.lease=$(gateway_setting rate_limit lease 1)")
+    --gateway-setting "rate_limit.lease=$(gateway_setting rate_limit lease 1)"
+    --gateway-setting "sold_out.remember_ms=$(gateway_setting sold_out remember_ms 1000)")
 
 # ---------------------------------------------------------------------------------------------
 # Measurements. Each writes docs/bench/<name>[.<run>].json; a failed one is noted, not fatal.
@@ -388,11 +391,12 @@ for i in $(seq 1 "$REPEAT"); do
     measure "sold-out-per-replica #$i" sold-out --name sold-out-per-replica --gateway "http://127.0.0.1:$HOP_PORT" \
         --admin-gateway "$GW" --no-path-token -c 200 --users "$SOLD_USERS" --duration "$SECS" \
         --first-user $((5000000 + i * 20000)) --gateway-setting rate_limit.shared=false \
+        --gateway-setting sold_out.remember_ms=0 \
         --pid "gateway-hop=$(cat "$BDIR/gateway-hop.pid")" --json "$OUT/sold-out-per-replica.$i.json"
-    measure "sold-out-lease #$i" sold-out --name sold-out-lease --gateway "$LEASE_GW" --no-path-token -c 200 \
+    measure "sold-out-forwarded #$i" sold-out --name sold-out-forwarded --gateway "$FORWARD_GW" --no-path-token -c 200 \
         --users "$SOLD_USERS" --duration "$SECS" --first-user $((6000000 + i * 20000)) \
-        --gateway-setting rate_limit.shared=true --gateway-setting "rate_limit.lease=$LEASE" \
-        --pid "gateway-lease=$(cat "$BDIR/gateway-lease.pid")" --json "$OUT/sold-out-lease.$i.json"
+        --gateway-setting rate_limit.shared=true --gateway-setting sold_out.remember_ms=0 \
+        --pid "gateway-forwarded=$(cat "$BDIR/gateway-forwarded.pid")" --json "$OUT/sold-out-forwarded.$i.json"
 done
 
 for i in $(seq 1 "$REPEAT"); do
@@ -407,7 +411,9 @@ redis_baseline() {
     # Both read the URL, password and all.
     local -a cli=(redis-cli --no-auth-warning -u "$SECKILL_REDIS_URL")
     local prefix="${REDIS_PREFIX}scratch:seckill:{0}:"
-    local -a keys=("${prefix}stock" "${prefix}users" "${prefix}pending" "${prefix}result" "${prefix}token")
+    # The script's KEYS, in its order (seckill_common::scripts::RESERVE).
+    local -a keys=("${prefix}stock" "${prefix}users" "${prefix}pending" "${prefix}result" "${prefix}token"
+        "${prefix}epoch")
     if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
         for name in redis-evalsha redis-evalsha-p16; do
             external --name "$name" --skipped "redis-benchmark or redis-cli not installed (they come with redis-server / redis-tools)" \
@@ -423,7 +429,7 @@ redis_baseline() {
             "${cli[@]}" DEL "${keys[@]}" >/dev/null
             "${cli[@]}" SET "${prefix}stock" 1000000000 >/dev/null
             local -a cmd=(redis-benchmark -u "$SECKILL_REDIS_URL" -c 50 -n "$REDIS_N" -r 1000000000 -P "$pl" --csv
-                EVALSHA "$sha" 5 "${keys[@]}" __rand_int__ __rand_int__ 0 "")
+                EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" __rand_int__ __rand_int__ 0 "")
             say "$name #$i: ${cmd[*]}"
             out=$("${cmd[@]}" 2>/dev/null | tail -n 1) || out=
             # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"

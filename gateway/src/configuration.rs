@@ -28,6 +28,7 @@ pub struct Settings {
     pub dev_token: DevTokenSettings,
     pub upstreams: UpstreamSettings,
     pub rate_limit: RateLimitSettings,
+    pub sold_out: SoldOutSettings,
     /// Where the shared rate-limit buckets live (`rate_limit.shared`).
     pub redis: RedisSettings,
     pub admin: AdminSettings,
@@ -49,6 +50,31 @@ impl Default for DevTokenSettings {
         Self { ttl_secs: 86_400 }
     }
 }
+
+/// `sold_out.*`: buy clicks on a sale seckill-service just answered `410` for (sold out or
+/// ended), answered by the gateway itself for a moment (`crate::closed`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SoldOutSettings {
+    /// How long such an answer is given without asking seckill-service; a unit given back
+    /// sells again at most this much later. 0 forwards every click.
+    pub remember_ms: u64,
+}
+
+impl Default for SoldOutSettings {
+    fn default() -> Self {
+        Self { remember_ms: 1_000 }
+    }
+}
+
+impl SoldOutSettings {
+    pub fn remember(&self) -> Duration {
+        Duration::from_millis(self.remember_ms)
+    }
+}
+
+/// Longest `sold_out.remember_ms`: past it, a unit given back would wait too long for a buyer.
+pub const MAX_SOLD_OUT_REMEMBER_MS: u64 = 10_000;
 
 /// `rate_limit.*`: a limit per class of routes (see `rate_limit::Class`), per user on the
 /// routes that take a token and per client address on those that do not, kept in Redis so it
@@ -226,6 +252,14 @@ impl Settings {
             return Err(ConfigError::at("rate_limit.lease", format!("must be 1 to {MAX_LEASE}")));
         }
         ConfigError::check_positive("rate_limit.shared_timeout_ms", self.rate_limit.shared_timeout_ms)?;
+        if self.sold_out.remember_ms > MAX_SOLD_OUT_REMEMBER_MS {
+            return Err(ConfigError::at(
+                "sold_out.remember_ms",
+                format!(
+                    "must be at most {MAX_SOLD_OUT_REMEMBER_MS} (a unit given back waits that long to sell)"
+                ),
+            ));
+        }
         if self.admin.host.as_deref().is_some_and(|h| h.trim().is_empty()) {
             return Err(ConfigError::at("admin.host", "is empty; unset it to use http.host"));
         }
@@ -393,6 +427,9 @@ mod tests {
         s.rate_limit.poll.per_sec = Some(MAX_PER_SEC + 1);
         assert!(s.validate().unwrap_err().to_string().contains("rate_limit.poll.per_sec"));
         let mut s = valid();
+        s.sold_out.remember_ms = MAX_SOLD_OUT_REMEMBER_MS + 1;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__SOLD_OUT__REMEMBER_MS"));
+        s.sold_out.remember_ms = 0;
         s.rate_limit.lease = 0;
         assert!(s.validate().unwrap_err().to_string().contains("rate_limit.lease"));
         s.rate_limit.lease = MAX_LEASE + 1;

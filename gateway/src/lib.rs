@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod closed;
 pub mod configuration;
 pub mod headers;
 pub mod proxy;

@@ -14,7 +14,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use futures_util::future::join_all;
 use seckill_common::api::Role;
-use seckill_common::config::{UpstreamSettings, split_urls};
+use seckill_common::config::{CLIENT_POOL_IDLE, UpstreamSettings, split_urls};
 use seckill_common::headers::REQUEST_ID;
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust};
 use seckill_common::{ErrorCode, UserId};
@@ -100,7 +100,8 @@ impl Proxy {
             // Keep enough warm connections for a spike; opening one per request is what would
             // cost most.
             .pool_max_idle_per_host(1024)
-            .pool_idle_timeout(Duration::from_secs(90))
+            // Dropped before the upstream closes it (see `CLIENT_POOL_IDLE`).
+            .pool_idle_timeout(CLIENT_POOL_IDLE)
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
             .build()?;

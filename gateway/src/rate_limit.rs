@@ -120,18 +120,22 @@ impl Limits {
     /// Takes one request from `who`'s bucket of `class`, or answers 429 `RATE_LIMITED` with
     /// `Retry-After`. Never a 5xx: a shared store that fails leaves this replica's decision.
     pub async fn take(&self, class: Class, who: Who) -> Result<(), ApiError> {
-        let refused = |wait: Duration| {
-            metrics::counter!("gateway_rate_limited_total", "class" => class.name()).increment(1);
-            Err(limited(wait))
-        };
-        if let Err(wait) = self.local[class.index()].take(&who) {
-            return refused(wait);
-        }
+        self.take_local(class, who)?;
+        self.take_shared(class, who).await
+    }
+
+    /// This replica's bucket alone (no network call): enough for an answer the gateway gives
+    /// itself, which costs nothing behind it.
+    pub fn take_local(&self, class: Class, who: Who) -> Result<(), ApiError> {
+        self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))
+    }
+
+    /// The bucket every replica shares, when configured (after [`Limits::take_local`]).
+    pub async fn take_shared(&self, class: Class, who: Who) -> Result<(), ApiError> {
         match &self.shared {
-            Some(shared) => match shared.take(class, who, self.quotas[class.index()]).await {
-                Err(wait) => refused(wait),
-                Ok(()) => Ok(()),
-            },
+            Some(shared) => {
+                shared.take(class, who, self.quotas[class.index()]).await.map_err(|wait| refused(class, wait))
+            }
             None => Ok(()),
         }
     }
@@ -165,7 +169,8 @@ impl Limits {
     }
 }
 
-fn limited(wait: Duration) -> ApiError {
+fn refused(class: Class, wait: Duration) -> ApiError {
+    metrics::counter!("gateway_rate_limited_total", "class" => class.name()).increment(1);
     ApiError::new(ErrorCode::RateLimited, "too many requests, slow down and try again").with_retry_after(wait)
 }
 

@@ -12,6 +12,7 @@ use seckill_common::trust::{Peer, Trust};
 use seckill_web::{Application, Door, Lifecycle, Service};
 
 use crate::auth::Authenticator;
+use crate::closed::ClosedSales;
 use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
 use crate::rate_limit::Limits;
@@ -49,6 +50,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         proxy_hops: settings.rate_limit.trusted_proxy_hops,
         body_limit: settings.http.body_limit_bytes,
         last_readiness: LastReadiness::default(),
+        closed: ClosedSales::new(settings.sold_out.remember()),
     });
 
     let dev_tokens = settings.auth.dev_tokens;

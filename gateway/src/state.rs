@@ -3,13 +3,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
+use seckill_common::GoodsId;
 use seckill_web::health::Check;
 use seckill_web::{ApiError, AuthUser};
 use tokio::sync::Mutex;
 
 use crate::auth::Authenticator;
 use crate::body;
+use crate::closed::ClosedSales;
 use crate::proxy::{Proxy, Service};
 use crate::rate_limit::{Class, Limits, Who};
 
@@ -28,6 +31,8 @@ pub struct Gateway {
     /// `http.body_limit_bytes`.
     pub body_limit: usize,
     pub last_readiness: LastReadiness,
+    /// Sales seckill-service just called gone, answered here for a moment.
+    pub closed: ClosedSales,
 }
 
 /// The last round of upstream health checks and when it ended.
@@ -70,6 +75,36 @@ impl Gateway {
         }
         self.limits.take(class, Who::user(caller.id)).await?;
         self.pass(service, req, payload, Some(caller)).await
+    }
+
+    /// A buy click (path token or order): the token, the user's bucket on this replica, then
+    /// a sale seckill-service just called gone is answered here (see `closed`); otherwise the
+    /// shared bucket and the hop, a `410` remembered.
+    pub(crate) async fn pass_buy(
+        &self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<HttpResponse, ApiError> {
+        let caller = self.auth.authenticate(req)?;
+        let who = Who::user(caller.id);
+        self.limits.take_local(Class::Buy, who)?;
+        let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
+        if let Some(answer) = goods.and_then(|g| self.closed.answer(g)) {
+            return Ok(answer);
+        }
+        self.limits.take_shared(Class::Buy, who).await?;
+        let res = self.pass(Service::Seckill, req, payload, Some(caller)).await?;
+        match goods {
+            Some(g) if res.status() == StatusCode::GONE => {
+                let (res, body) = res.into_parts();
+                let body = actix_web::body::to_bytes(body)
+                    .await
+                    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?;
+                self.closed.remember(g, body.clone());
+                Ok(res.set_body(body).map_into_boxed_body())
+            }
+            _ => Ok(res),
+        }
     }
 
     /// Reads the body within the limit and forwards the request.

@@ -10,6 +10,16 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+/// How long a listener keeps an idle keep-alive connection open.
+pub const SERVER_KEEP_ALIVE: Duration = Duration::from_secs(75);
+
+/// How long a caller (the gateway, a service calling another) keeps an idle pooled connection:
+/// shorter than [`SERVER_KEEP_ALIVE`], so the caller drops it first. The other way round, a
+/// request sent just as the server closes an idle connection fails ("connection closed before
+/// message completed"), and a buy cannot be sent again blindly.
+pub const CLIENT_POOL_IDLE: Duration = Duration::from_secs(60);
+const _: () = assert!(CLIENT_POOL_IDLE.as_secs() < SERVER_KEEP_ALIVE.as_secs());
+
 /// Reads the layered configuration of `service` into `T`: its file, then the process environment.
 pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
     let file = match std::env::var("SECKILL_CONFIG") {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use reqwest::Method;
 use seckill_common::ErrorBody;
-use seckill_common::config::{UpstreamSettings, split_urls};
+use seckill_common::config::{CLIENT_POOL_IDLE, UpstreamSettings, split_urls};
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -66,6 +66,8 @@ impl Upstream {
             .timeout(Duration::from_millis(settings.timeout_ms))
             .tcp_nodelay(true)
             .pool_max_idle_per_host(64)
+            // Dropped before the callee closes it (see `CLIENT_POOL_IDLE`).
+            .pool_idle_timeout(CLIENT_POOL_IDLE)
             .build()?;
         let backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(50))

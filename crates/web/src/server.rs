@@ -9,7 +9,7 @@ use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use seckill_common::ErrorCode;
-use seckill_common::config::HttpSettings;
+use seckill_common::config::{HttpSettings, SERVER_KEEP_ALIVE};
 use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -71,6 +71,7 @@ where
     // Shutdown is ours to drive (see `Application::run_until_stopped`), so the service can finish its
     // background work after the last request.
     .disable_signals()
+    .keep_alive(SERVER_KEEP_ALIVE)
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if settings.workers > 0 {
         server = server.workers(settings.workers);

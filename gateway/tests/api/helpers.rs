@@ -1,5 +1,7 @@
 //! A gateway on port 0 in front of echo upstreams, a client, and token helpers.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -25,11 +27,20 @@ pub struct Echo {
     /// A fixed JSON body instead of the echo of the request.
     pub body: Option<&'static str>,
     pub headers: Vec<(&'static str, &'static str)>,
+    /// Requests it answered (every path but `/healthz` and `/metrics`), shared by its clones.
+    pub calls: Arc<AtomicUsize>,
 }
 
 impl Echo {
     pub fn new(name: &'static str) -> Self {
-        Self { name, status: 200, delay: Duration::ZERO, body: None, headers: Vec::new() }
+        Self {
+            name,
+            status: 200,
+            delay: Duration::ZERO,
+            body: None,
+            headers: Vec::new(),
+            calls: Arc::new(AtomicUsize::new(0)),
+        }
     }
 
     pub fn status(mut self, status: u16) -> Self {
@@ -71,6 +82,7 @@ impl Echo {
 /// "caller", "user"}` (repeated headers joined with ", "; `user` is `{"id", "role"}` as the
 /// gateway's signed credential vouched, or null), unless the `Echo` gives a fixed body.
 async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> HttpResponse {
+    echo.calls.fetch_add(1, Ordering::SeqCst);
     if !echo.delay.is_zero() {
         tokio::time::sleep(echo.delay).await;
     }
@@ -272,4 +284,13 @@ pub async fn raw_exchange(address: &str, request: &str) -> (String, String) {
             }
         }
     }
+}
+
+/// One unlabelled metric's value on `app`'s admin port.
+pub async fn metric(app: &TestApp, name: &str) -> f64 {
+    let text = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .unwrap_or_else(|| panic!("no {name}:\n{text}"))
 }

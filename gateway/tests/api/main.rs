@@ -2,6 +2,7 @@
 //! tests. One binary (modules per feature) so it builds once.
 
 mod auth;
+mod closed;
 mod forwarding;
 mod helpers;
 mod identity;

@@ -7,7 +7,7 @@ use gateway::configuration::Settings;
 use seckill_testkit::{RunningService, TestNames};
 use tokio::net::TcpListener;
 
-use crate::helpers::{Echo, TestApp, assert_error, refused_url, settings, user_token};
+use crate::helpers::{Echo, TestApp, assert_error, metric, refused_url, settings, user_token};
 
 /// The limit every test here sets on the buy routes.
 const PER_SEC: u32 = 2;
@@ -90,15 +90,6 @@ async fn a_lease_never_lets_more_through_than_the_limit() {
 
     assert!(passed >= 2, "{passed}");
     assert!(passed <= one_limit(elapsed), "{passed} passed in {elapsed:?} with leases");
-}
-
-/// One unlabelled metric's value on `app`'s admin port.
-async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .unwrap_or_else(|| panic!("no {name}:\n{text}"))
 }
 
 /// `gateway_rate_limit_shared_up` and `gateway_rate_limit_fallback_total` on the admin port.
