@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use actix_web::HttpResponse;
 use actix_web::test::TestRequest;
+use actix_web::web::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use gateway::auth::Authenticator;
+use gateway::closed::ClosedSales;
 use gateway::configuration::Quota;
 use gateway::headers;
 use gateway::rate_limit::{KeyedRateLimiter, Who};
 use reqwest::header::{HeaderMap, HeaderValue};
-use seckill_common::UserId;
 use seckill_common::api::Role;
+use seckill_common::{GoodsId, UserId};
 
 fn jwt(c: &mut Criterion) {
     let auth = Authenticator::new("a-bench-secret-of-reasonable-length", Duration::from_secs(3600)).unwrap();
@@ -79,5 +81,19 @@ fn header_handling(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, jwt, rate_limit, header_handling);
+/// A click on a sale seckill-service just answered `410` for: the lookup and the answer the
+/// gateway gives itself (`gateway::closed`), among 1,000 sales remembered.
+fn closed_sale(c: &mut Criterion) {
+    let closed = ClosedSales::new(Duration::from_secs(3600));
+    for id in 1..=1_000 {
+        closed.remember(
+            GoodsId::new(id).unwrap(),
+            Bytes::from_static(br#"{"code":"SOLD_OUT","message":"sold out"}"#),
+        );
+    }
+    let g = GoodsId::new(500).unwrap();
+    c.bench_function("closed/answer", |b| b.iter(|| closed.answer(black_box(g)).is_some()));
+}
+
+criterion_group!(benches, jwt, rate_limit, header_handling, closed_sale);
 criterion_main!(benches);

@@ -1,8 +1,9 @@
 //! Sales seckill-service just called gone: a buy click (path token or order) answered `410`
 //! (sold out, or ended) makes this replica answer the sale's next clicks itself, with the same
 //! body, for `sold_out.remember_ms`. Most of a spike's clicks come after the sell-out; they
-//! then cost the gateway alone: no hop, no shared rate-limit call (the user's bucket on this
-//! replica still applies, so one client cannot make a replica spin). A unit given back later
+//! then cost no hop and nothing of seckill-service. They still count against the user's buy
+//! limit, this replica's bucket and the shared one: a user gets one limit across replicas
+//! whoever answers the click. A unit given back later
 //! (a cancel, an expiry) sells again at most that long after, as with seckill-service's own
 //! flag (`seckill.sold_out_recheck_ms`).
 //!

@@ -124,14 +124,13 @@ impl Limits {
         self.take_shared(class, who).await
     }
 
-    /// This replica's bucket alone (no network call): enough for an answer the gateway gives
-    /// itself, which costs nothing behind it.
-    pub fn take_local(&self, class: Class, who: Who) -> Result<(), ApiError> {
+    /// This replica's bucket alone (no network call).
+    fn take_local(&self, class: Class, who: Who) -> Result<(), ApiError> {
         self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))
     }
 
     /// The bucket every replica shares, when configured (after [`Limits::take_local`]).
-    pub async fn take_shared(&self, class: Class, who: Who) -> Result<(), ApiError> {
+    async fn take_shared(&self, class: Class, who: Who) -> Result<(), ApiError> {
         match &self.shared {
             Some(shared) => {
                 shared.take(class, who, self.quotas[class.index()]).await.map_err(|wait| refused(class, wait))

@@ -77,22 +77,20 @@ impl Gateway {
         self.pass(service, req, payload, Some(caller)).await
     }
 
-    /// A buy click (path token or order): the token, the user's bucket on this replica, then
-    /// a sale seckill-service just called gone is answered here (see `closed`); otherwise the
-    /// shared bucket and the hop, a `410` remembered.
+    /// A buy click (path token or order): the token and the user's buy limit (every click
+    /// counts, whoever answers it: one limit across replicas), then a sale seckill-service just
+    /// called gone is answered here (see `closed`); otherwise the hop, a `410` remembered.
     pub(crate) async fn pass_buy(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<HttpResponse, ApiError> {
         let caller = self.auth.authenticate(req)?;
-        let who = Who::user(caller.id);
-        self.limits.take_local(Class::Buy, who)?;
+        self.limits.take(Class::Buy, Who::user(caller.id)).await?;
         let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
         if let Some(answer) = goods.and_then(|g| self.closed.answer(g)) {
             return Ok(answer);
         }
-        self.limits.take_shared(Class::Buy, who).await?;
         let res = self.pass(Service::Seckill, req, payload, Some(caller)).await?;
         match goods {
             Some(g) if res.status() == StatusCode::GONE => {

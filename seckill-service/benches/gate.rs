@@ -86,5 +86,15 @@ fn order_message_building(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, gate_call, order_message_building);
+/// The load-shedding check every request that reaches Redis makes: take a slot, give it back.
+/// `full` is the refusal, counted in its metric, that a replica past its bound answers with.
+fn shedding_check(c: &mut Criterion) {
+    let bound = seckill_web::shed::InFlight::new(1_024, "bench_shed_total");
+    c.bench_function("shed/enter_and_leave", |b| b.iter(|| drop(black_box(bound.enter("order")))));
+    let full = seckill_web::shed::InFlight::new(1, "bench_shed_total");
+    let _held = full.enter("order");
+    c.bench_function("shed/refused", |b| b.iter(|| black_box(full.enter("order")).is_err()));
+}
+
+criterion_group!(benches, gate_call, order_message_building, shedding_check);
 criterion_main!(benches);
