@@ -301,7 +301,7 @@ start_shared_gateway() { # start_shared_gateway NAME PORT ADMIN_PORT [VAR=value.
     local name=$1 port=$2 admin=$3
     shift 3
     local -a unset
-    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit sold_out redis admin trust")
+    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit sold_out overload redis admin trust")
     nohup env -u SECKILL_CONFIG "${unset[@]}" "SECKILL__HTTP__PORT=$port" "SECKILL__ADMIN__PORT=$admin" \
         "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "$@" \
         "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-$name.log" 2>&1 &

@@ -29,6 +29,7 @@ pub struct Settings {
     pub upstreams: UpstreamSettings,
     pub rate_limit: RateLimitSettings,
     pub sold_out: SoldOutSettings,
+    pub overload: OverloadSettings,
     /// Where the shared rate-limit buckets live (`rate_limit.shared`).
     pub redis: RedisSettings,
     pub admin: AdminSettings,
@@ -70,6 +71,22 @@ impl Default for SoldOutSettings {
 impl SoldOutSettings {
     pub fn remember(&self) -> Duration {
         Duration::from_millis(self.remember_ms)
+    }
+}
+
+/// `overload.*`: load shedding at the door.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OverloadSettings {
+    /// Buy clicks this replica has forwarded to seckill-service and not yet answered, at most;
+    /// past it a click is answered 503 `BUSY` with `Retry-After` at once, before the hop, so
+    /// an overload costs a buyer milliseconds instead of a place in a queue of seconds.
+    pub max_in_flight: usize,
+}
+
+impl Default for OverloadSettings {
+    fn default() -> Self {
+        Self { max_in_flight: 1_024 }
     }
 }
 
@@ -252,6 +269,7 @@ impl Settings {
             return Err(ConfigError::at("rate_limit.lease", format!("must be 1 to {MAX_LEASE}")));
         }
         ConfigError::check_positive("rate_limit.shared_timeout_ms", self.rate_limit.shared_timeout_ms)?;
+        ConfigError::check_positive("overload.max_in_flight", self.overload.max_in_flight as u64)?;
         if self.sold_out.remember_ms > MAX_SOLD_OUT_REMEMBER_MS {
             return Err(ConfigError::at(
                 "sold_out.remember_ms",
@@ -430,6 +448,9 @@ mod tests {
         s.sold_out.remember_ms = MAX_SOLD_OUT_REMEMBER_MS + 1;
         assert!(s.validate().unwrap_err().to_string().contains("SECKILL__SOLD_OUT__REMEMBER_MS"));
         s.sold_out.remember_ms = 0;
+        s.overload.max_in_flight = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("overload.max_in_flight"));
+        s.overload.max_in_flight = 1;
         s.rate_limit.lease = 0;
         assert!(s.validate().unwrap_err().to_string().contains("rate_limit.lease"));
         s.rate_limit.lease = MAX_LEASE + 1;

@@ -9,6 +9,7 @@ use actix_web::web;
 use anyhow::Context;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
+use seckill_web::shed::InFlight;
 use seckill_web::{Application, Door, Lifecycle, Service};
 
 use crate::auth::Authenticator;
@@ -51,6 +52,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         body_limit: settings.http.body_limit_bytes,
         last_readiness: LastReadiness::default(),
         closed: ClosedSales::new(settings.sold_out.remember()),
+        buys_in_flight: InFlight::new(settings.overload.max_in_flight, "gateway_requests_shed_total"),
     });
 
     let dev_tokens = settings.auth.dev_tokens;

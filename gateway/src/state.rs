@@ -7,6 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use seckill_common::GoodsId;
 use seckill_web::health::Check;
+use seckill_web::shed::InFlight;
 use seckill_web::{ApiError, AuthUser};
 use tokio::sync::Mutex;
 
@@ -33,6 +34,8 @@ pub struct Gateway {
     pub last_readiness: LastReadiness,
     /// Sales seckill-service just called gone, answered here for a moment.
     pub closed: ClosedSales,
+    /// `overload.max_in_flight`: buy clicks forwarded and not yet answered.
+    pub buys_in_flight: InFlight,
 }
 
 /// The last round of upstream health checks and when it ended.
@@ -91,6 +94,7 @@ impl Gateway {
         if let Some(answer) = goods.and_then(|g| self.closed.answer(g)) {
             return Ok(answer);
         }
+        let _slot = self.buys_in_flight.enter("buy")?;
         let res = self.pass(Service::Seckill, req, payload, Some(caller)).await?;
         match goods {
             Some(g) if res.status() == StatusCode::GONE => {

@@ -7,5 +7,6 @@ mod forwarding;
 mod helpers;
 mod identity;
 mod limits;
+mod overload;
 mod routes;
 mod shared_limits;

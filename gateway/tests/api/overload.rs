@@ -1,0 +1,50 @@
+//! Load shedding at the door: past `overload.max_in_flight` buy clicks waiting on
+//! seckill-service, a click is answered 503 `BUSY` with `Retry-After` at once, before the hop.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::helpers::{Echo, TestApp, assert_error, settings, user_token};
+
+#[tokio::test]
+async fn past_the_bound_a_click_is_busy_at_once_and_never_reaches_seckill() {
+    let seckill = Echo::new("seckill").delay(Duration::from_millis(1_500));
+    let calls = seckill.calls.clone();
+    let (seckill, order, stock) = (seckill.start(), Echo::new("order").start(), Echo::new("stock").start());
+    let mut s = settings(&seckill.url(), &order.url(), &stock.url());
+    s.overload.max_in_flight = 2;
+    let app = TestApp::start(s, vec![seckill, order, stock]);
+    let click = |user: i64| app.post("/api/seckill/1/orders").bearer_auth(user_token(user)).send();
+
+    // Two clicks held by a slow seckill-service fill the bound.
+    let held = async { tokio::join!(click(1), click(2)) };
+    let refused = async {
+        for _ in 0..500 {
+            if calls.load(Ordering::SeqCst) >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let res = click(3).await.unwrap();
+        let answered_while_held = calls.load(Ordering::SeqCst) == 2;
+        let retry_after = res.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        (assert_error(res, 503, "BUSY").await, retry_after, answered_while_held)
+    };
+    let ((first, second), (_, retry_after, answered_while_held)) = tokio::join!(held, refused);
+
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(answered_while_held, "the refusal did not wait for the clicks in flight");
+    assert_eq!((first.unwrap().status().as_u16(), second.unwrap().status().as_u16()), (200, 200));
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the refused click never reached seckill-service");
+    assert_eq!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await, 1.0);
+    // The slots came back.
+    assert_eq!(click(4).await.unwrap().status(), 200);
+}
+
+/// A labelled series' value on the admin port.
+async fn metric_with(app: &TestApp, series: &str) -> f64 {
+    let text = app.admin_get("/metrics").send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+}
