@@ -23,20 +23,22 @@
 #                                    calls it)
 #
 # It never touches the user's own servers or data: it runs its OWN PostgreSQL (initdb, port
-# 55432, trust on loopback, run as the postgres OS user when root), Redis (56379, no
-# persistence) and RabbitMQ (a second node, seckill-faults@localhost, AMQP 55672, its own
+# 25432, trust on loopback, run as the postgres OS user when root), Redis (26379, no
+# persistence) and RabbitMQ (a second node, seckill-faults@localhost, AMQP 26672, its own
 # Erlang cookie), all in run/faults/ (gitignored), because it restarts them, FLUSHALLs Redis and
-# kills connections; and the driver starts the four release binaries on 58080-58083 (gateway,
-# seckill-, order-, stock-service; the gateway's admin listener on 58084) from run/faults/,
+# kills connections; and the driver starts the four release binaries on 28080-28083 (gateway,
+# seckill-, order-, stock-service; the gateway's admin listener on 28084) from run/faults/,
 # where no config/ directory is read; a case with replicas runs replica k of each on its port
 # + 10k (pid and log files run/faults/services/<name>.pid for replica 0, <name>-<k>.pid for
 # replica k). At the end (trap) everything is stopped, the logs are kept in run/faults-logs/
 # and run/faults/ is removed.
 #
-# Environment: FAULTS_PG_PORT (55432), FAULTS_REDIS_PORT (56379), FAULTS_AMQP_PORT (55672),
-# FAULTS_RABBITMQ_DIST_PORT (55682; rabbitmqctl uses the ten ports after it), FAULTS_HTTP_PORT
-# (58080: the gateway, the next three the other services, then the gateway's admin listener;
+# Environment: FAULTS_PG_PORT (25432), FAULTS_REDIS_PORT (26379), FAULTS_AMQP_PORT (26672),
+# FAULTS_RABBITMQ_DIST_PORT (26682; rabbitmqctl uses the ten ports after it), FAULTS_HTTP_PORT
+# (28080: the gateway, the next three the other services, then the gateway's admin listener;
 # replica k of each on its port + 10k, for k up to FAULTS_MAX_REPLICAS - 1);
+# every default below 32768, outside Linux's range for outgoing connections' local ports, so a
+# service restarted mid-case never finds its port taken by a buyer's connection;
 # FAULTS_BIN_DIR: use the binaries already built there instead of cargo build --release. Exits
 # non-zero when a case broke an invariant (each violation is named in the output) or the suite
 # could not run.
@@ -49,11 +51,11 @@ cd "$SECKILL_ROOT"
 
 FAULTS_DIR=$SECKILL_RUN_DIR/faults
 FAULTS_LOGS=$SECKILL_RUN_DIR/faults-logs
-export FAULTS_PG_PORT=${FAULTS_PG_PORT:-55432}
-export FAULTS_REDIS_PORT=${FAULTS_REDIS_PORT:-56379}
-export FAULTS_AMQP_PORT=${FAULTS_AMQP_PORT:-55672}
-export FAULTS_RABBITMQ_DIST_PORT=${FAULTS_RABBITMQ_DIST_PORT:-55682}
-export FAULTS_HTTP_PORT=${FAULTS_HTTP_PORT:-58080}
+export FAULTS_PG_PORT=${FAULTS_PG_PORT:-25432}
+export FAULTS_REDIS_PORT=${FAULTS_REDIS_PORT:-26379}
+export FAULTS_AMQP_PORT=${FAULTS_AMQP_PORT:-26672}
+export FAULTS_RABBITMQ_DIST_PORT=${FAULTS_RABBITMQ_DIST_PORT:-26682}
+export FAULTS_HTTP_PORT=${FAULTS_HTTP_PORT:-28080}
 RABBIT_NODE=seckill-faults@localhost
 PG_DIR=$FAULTS_DIR/pg
 PG_DATA=$PG_DIR/data

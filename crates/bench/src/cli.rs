@@ -422,15 +422,15 @@ pub struct FaultsArgs {
     #[arg(long, default_value = "scripts/faults.sh")]
     pub server_ctl: PathBuf,
     /// The private PostgreSQL, without a database name (standard ports are refused).
-    #[arg(long, default_value = "postgres://postgres:postgres@127.0.0.1:55432")]
+    #[arg(long, default_value = "postgres://postgres:postgres@127.0.0.1:25432")]
     pub pg_url: String,
-    #[arg(long, default_value = "redis://127.0.0.1:56379")]
+    #[arg(long, default_value = "redis://127.0.0.1:26379")]
     pub redis_url: String,
-    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:55672/%2f")]
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:26672/%2f")]
     pub amqp_url: String,
     /// The gateway's port; seckill-, order- and stock-service take the next three, the
     /// gateway's admin listener the one after.
-    #[arg(long, default_value_t = 58080)]
+    #[arg(long, default_value_t = 28080)]
     pub http_port: u16,
     /// The psql program reading the databases for the checks.
     #[arg(long, default_value = "psql")]

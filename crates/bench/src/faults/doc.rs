@@ -341,7 +341,7 @@ mod tests {
         let doc = render(&results, &cfg, at, at + chrono::Duration::minutes(8));
         assert!(doc.contains("**1 of 2 cases passed.**"), "{doc}");
         assert!(doc.contains("from commit `x`"));
-        assert!(doc.contains("port 55432") && doc.contains("ports 58080-58083"));
+        assert!(doc.contains("port 25432") && doc.contains("ports 28080-28083"));
         assert!(doc.contains("| [kill9-order](#kill9-order) | the fault of kill9-order | 1,234 | 400 | 0 |"));
         assert!(doc.contains("## redis-flush-kill"));
         assert!(doc.contains("- **FAIL** second: the evidence"));

@@ -438,11 +438,11 @@ mod tests {
         Fleet {
             bin_dir: "/nowhere".into(),
             dir: "/tmp".into(),
-            gateway_port: 58080,
+            gateway_port: 28080,
             backends: Backends {
-                pg_url: "postgres://p@127.0.0.1:55432".into(),
-                redis_url: "redis://127.0.0.1:56379".into(),
-                amqp_url: "amqp://g:g@127.0.0.1:55672/%2f".into(),
+                pg_url: "postgres://p@127.0.0.1:25432".into(),
+                redis_url: "redis://127.0.0.1:26379".into(),
+                amqp_url: "amqp://g:g@127.0.0.1:26672/%2f".into(),
             },
             replicas: 1,
             children: BTreeMap::new(),
@@ -487,12 +487,12 @@ mod tests {
         );
         assert!(f.env(Unit::first(Svc::Order)).contains(&(
             "SECKILL__DATABASE__URL".into(),
-            "postgres://p@127.0.0.1:55432/seckill_order".into()
+            "postgres://p@127.0.0.1:25432/seckill_order".into()
         )));
         // No upstream left at its default (the system's own services on the standard ports).
         for svc in [Svc::Gateway, Svc::Seckill, Svc::Order] {
             let env = f.env(Unit::first(svc));
-            for (key, port) in [("SECKILL", 58081), ("ORDER", 58082), ("STOCK", 58083)] {
+            for (key, port) in [("SECKILL", 28081), ("ORDER", 28082), ("STOCK", 28083)] {
                 let want = (format!("SECKILL__UPSTREAMS__{key}"), format!("http://127.0.0.1:{port}"));
                 assert!(env.contains(&want), "{} lacks {want:?}", svc.name());
             }
@@ -503,13 +503,13 @@ mod tests {
     fn replica_k_takes_the_ports_plus_ten_k() {
         let mut f = fleet();
         f.replicas = 2;
-        assert_eq!(f.port(Unit::new(Svc::Gateway, 0)), 58080);
-        assert_eq!(f.port(Unit::new(Svc::Seckill, 1)), 58091);
-        assert_eq!(f.port(Unit::new(Svc::Stock, 1)), 58093);
-        assert_eq!((f.admin_port(0), f.admin_port(1)), (58084, 58094));
+        assert_eq!(f.port(Unit::new(Svc::Gateway, 0)), 28080);
+        assert_eq!(f.port(Unit::new(Svc::Seckill, 1)), 28091);
+        assert_eq!(f.port(Unit::new(Svc::Stock, 1)), 28093);
+        assert_eq!((f.admin_port(0), f.admin_port(1)), (28084, 28094));
         let env = f.env(Unit::new(Svc::Gateway, 1));
-        assert!(env.contains(&("SECKILL__HTTP__PORT".into(), "58090".into())));
-        assert!(env.contains(&("SECKILL__ADMIN__PORT".into(), "58094".into())));
+        assert!(env.contains(&("SECKILL__HTTP__PORT".into(), "28090".into())));
+        assert!(env.contains(&("SECKILL__ADMIN__PORT".into(), "28094".into())));
         // No two listeners of any replica meet.
         let mut ports: Vec<u16> = (0..2).flat_map(|k| Svc::ALL.map(|s| f.port(Unit::new(s, k)))).collect();
         ports.extend([f.admin_port(0), f.admin_port(1)]);
@@ -521,13 +521,13 @@ mod tests {
 
     #[test]
     fn every_caller_lists_every_replica_of_its_callee() {
-        assert_eq!(upstream_list(58081, 1), "http://127.0.0.1:58081");
-        assert_eq!(upstream_list(58082, 2), "http://127.0.0.1:58082,http://127.0.0.1:58092");
+        assert_eq!(upstream_list(28081, 1), "http://127.0.0.1:28081");
+        assert_eq!(upstream_list(28082, 2), "http://127.0.0.1:28082,http://127.0.0.1:28092");
         let mut f = fleet();
         f.replicas = 2;
         for unit in [Unit::new(Svc::Gateway, 1), Unit::new(Svc::Seckill, 0), Unit::new(Svc::Order, 1)] {
             let env = f.env(unit);
-            for (key, port) in [("SECKILL", 58081), ("ORDER", 58082), ("STOCK", 58083)] {
+            for (key, port) in [("SECKILL", 28081), ("ORDER", 28082), ("STOCK", 28083)] {
                 let want = format!("http://127.0.0.1:{port},http://127.0.0.1:{}", port + 10);
                 assert!(env.contains(&(format!("SECKILL__UPSTREAMS__{key}"), want)), "{unit}: {env:?}");
             }

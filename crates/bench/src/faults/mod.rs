@@ -632,10 +632,10 @@ pub(crate) mod tests {
             bin_dir: "b".into(),
             scratch: "s".into(),
             server_ctl: "c".into(),
-            pg_url: "postgres://postgres:postgres@127.0.0.1:55432".into(),
-            redis_url: "redis://127.0.0.1:56379".into(),
-            amqp_url: "amqp://guest:guest@127.0.0.1:55672/%2f".into(),
-            http_port: 58080,
+            pg_url: "postgres://postgres:postgres@127.0.0.1:25432".into(),
+            redis_url: "redis://127.0.0.1:26379".into(),
+            amqp_url: "amqp://guest:guest@127.0.0.1:26672/%2f".into(),
+            http_port: 28080,
             psql: "psql".into(),
             quick: false,
             cases: Vec::new(),
@@ -647,7 +647,7 @@ pub(crate) mod tests {
 
     #[test]
     fn ports_are_read_from_urls() {
-        assert_eq!(port_of("postgres://u:p@127.0.0.1:55432"), Some(55432));
+        assert_eq!(port_of("postgres://u:p@127.0.0.1:25432"), Some(25432));
         assert_eq!(port_of("amqp://guest:guest@127.0.0.1:5672/%2f"), Some(5672));
         assert_eq!(port_of("redis://127.0.0.1"), None);
     }
