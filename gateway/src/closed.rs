@@ -3,9 +3,8 @@
 //! body, for `sold_out.remember_ms`. Most of a spike's clicks come after the sell-out; they
 //! then cost no hop and nothing of seckill-service. They still count against the user's buy
 //! limit, this replica's bucket and the shared one: a user gets one limit across replicas
-//! whoever answers the click. A unit given back later
-//! (a cancel, an expiry) sells again at most that long after, as with seckill-service's own
-//! flag (`seckill.sold_out_recheck_ms`).
+//! whoever answers the click. A unit given back later (a cancel, an expiry) sells again at
+//! most that long after, as with seckill-service's own flag (`seckill.sold_out_recheck_ms`).
 //!
 //! Only seckill-service's own `410` answers are remembered, one entry per sale it named, so
 //! the map holds at most the sales that exist.

@@ -120,17 +120,7 @@ impl Limits {
     /// Takes one request from `who`'s bucket of `class`, or answers 429 `RATE_LIMITED` with
     /// `Retry-After`. Never a 5xx: a shared store that fails leaves this replica's decision.
     pub async fn take(&self, class: Class, who: Who) -> Result<(), ApiError> {
-        self.take_local(class, who)?;
-        self.take_shared(class, who).await
-    }
-
-    /// This replica's bucket alone (no network call).
-    fn take_local(&self, class: Class, who: Who) -> Result<(), ApiError> {
-        self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))
-    }
-
-    /// The bucket every replica shares, when configured (after [`Limits::take_local`]).
-    async fn take_shared(&self, class: Class, who: Who) -> Result<(), ApiError> {
+        self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))?;
         match &self.shared {
             Some(shared) => {
                 shared.take(class, who, self.quotas[class.index()]).await.map_err(|wait| refused(class, wait))
