@@ -1,20 +1,25 @@
-//! The two queues order-service consumes: `seckill.orders` (accepted buy requests, fulfilled in
-//! batches) and `seckill.order.expire` (orders whose delay ran out). Connection handling,
+//! The two queues order-service consumes: `seckill.orders` (accepted buy requests, one or a
+//! batch a message, fulfilled many messages at a time) and `seckill.order.expire` (orders whose delay ran out). Connection handling,
 //! retries and dead letters are `seckill_infra::consumer`'s; this is what each message means.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use seckill_common::amqp::{OrderExpiry, OrderRequest, decode};
+use lapin::message::Delivery;
+use seckill_common::amqp::{OrderExpiry, OrderRequest, decode_order_requests};
 use seckill_infra::consumer::{Inbox, Retry};
 
-use crate::fulfil::{Fulfiller, is_outage};
+use crate::fulfil::{BatchReport, Fulfiller, is_outage};
 use crate::orders::transition;
 use crate::releases::Releaser;
 
-/// Fulfils one batch of buy requests and settles it: acked once fulfilled; handed back after a
-/// pause when a dependency is down; otherwise each retried later, and a request out of tries
-/// compensated and dead-lettered. Undecodable messages go straight to the dead letters.
+/// Fulfils the buy requests of the deliveries in hand (each message holds one request, or a
+/// batch of them) and settles each message: acked once fulfilled; handed back after a pause
+/// when a dependency is down. When the whole fails otherwise, each request is fulfilled on its
+/// own, so one bad request never takes the others down with it: a message whose requests all
+/// went through is acked, one that holds a failing request is tried again later (its fulfilled
+/// requests are answered again then, idempotently), and once out of tries its failing requests
+/// are compensated and it goes to the dead letters. Undecodable messages go straight there.
 pub async fn handle_orders(
     fulfiller: &Fulfiller,
     inbox: Inbox,
@@ -22,67 +27,111 @@ pub async fn handle_orders(
 ) -> anyhow::Result<()> {
     let mut requests: Vec<OrderRequest> = Vec::with_capacity(inbox.deliveries.len());
     let mut distinct = HashSet::with_capacity(inbox.deliveries.len());
-    let mut good = Vec::with_capacity(inbox.deliveries.len());
+    let mut good: Vec<(&Delivery, Vec<OrderRequest>)> = Vec::with_capacity(inbox.deliveries.len());
     for d in &inbox.deliveries {
-        match decode::<OrderRequest>(&d.data) {
-            Ok(r) => {
-                if distinct.insert(r.request_id) {
-                    requests.push(r);
-                }
-                good.push((d, r));
+        match decode_order_requests(&d.data) {
+            Ok(held) => {
+                requests.extend(held.iter().filter(|r| distinct.insert(r.request_id)));
+                good.push((d, held));
             }
             Err(why) => inbox.dead_letter(d, &why).await?,
         }
     }
-    let Some((last, _)) = good.last() else {
+    let Some(&(last, _)) = good.last() else {
         return Ok(());
     };
     match fulfiller.fulfil(&requests).await {
         Ok(report) => {
             inbox.ack_through(last).await?;
-            metrics::counter!("order_requests_ordered_total").increment(report.ordered as u64);
-            metrics::counter!("order_requests_failed_total").increment(report.failed as u64);
-            metrics::counter!("order_requests_stale_total").increment(report.stale as u64);
-            metrics::counter!("order_requests_recovered_total").increment(report.recovered as u64);
-            metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
-            tracing::debug!(?report, batch = requests.len(), "batch fulfilled");
+            record(&report);
+            tracing::debug!(?report, batch = requests.len(), messages = good.len(), "batch fulfilled");
         }
-        Err(e) if is_outage(&e) => {
-            tracing::error!(
-                error = format!("{e:#}"),
-                batch = requests.len(),
-                "a dependency is down; the batch goes back to the queue"
-            );
-            metrics::counter!("order_batches_requeued_total").increment(1);
-            tokio::time::sleep(outage_pause).await;
-            inbox.requeue_through(last).await?;
-        }
+        Err(e) if is_outage(&e) => requeue_all(&inbox, last, &e, requests.len(), outage_pause).await?,
         Err(e) => {
             tracing::error!(
                 error = format!("{e:#}"),
                 batch = requests.len(),
-                "batch failed; each request is retried on its own"
+                "batch failed; each request is fulfilled on its own"
             );
-            for (d, r) in &good {
-                if inbox.retry_later(d).await? == Retry::Exhausted {
-                    // Only a compensated request may leave for the dead letters: one whose
-                    // compensation failed would end in limbo (a unit held, a buyer queued for
-                    // ever), so it goes back to the queue and is compensated on its next turn.
-                    match fulfiller.compensate(r).await {
-                        Ok(()) => inbox.dead_letter(d, "out of tries").await?,
-                        Err(e) => {
-                            tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
-                                "compensation failed; the request goes back to the queue");
-                            metrics::counter!("order_compensations_failed_total").increment(1);
-                            tokio::time::sleep(outage_pause).await;
-                            inbox.requeue(d).await?;
-                        }
+            let mut failing = HashSet::new();
+            for r in &requests {
+                match fulfiller.fulfil(std::slice::from_ref(r)).await {
+                    Ok(report) => record(&report),
+                    Err(e) if is_outage(&e) => {
+                        return requeue_all(&inbox, last, &e, requests.len(), outage_pause).await;
                     }
+                    Err(e) => {
+                        tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
+                            "request failed on its own; its message is tried again later");
+                        failing.insert(r.request_id);
+                    }
+                }
+            }
+            for (d, held) in &good {
+                let bad: Vec<&OrderRequest> =
+                    held.iter().filter(|r| failing.contains(&r.request_id)).collect();
+                if bad.is_empty() {
+                    inbox.ack(d).await?;
+                } else if inbox.retry_later(d).await? == Retry::Exhausted {
+                    settle_exhausted(fulfiller, &inbox, d, &bad, outage_pause).await?;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// A dependency is down: every delivery in hand goes back to the queue after a pause, its try
+/// not counted.
+async fn requeue_all(
+    inbox: &Inbox,
+    last: &Delivery,
+    e: &anyhow::Error,
+    requests: usize,
+    outage_pause: Duration,
+) -> anyhow::Result<()> {
+    tracing::error!(
+        error = format!("{e:#}"),
+        batch = requests,
+        "a dependency is down; the batch goes back to the queue"
+    );
+    metrics::counter!("order_batches_requeued_total").increment(1);
+    tokio::time::sleep(outage_pause).await;
+    inbox.requeue_through(last).await?;
+    Ok(())
+}
+
+/// A message out of tries: its failing requests are compensated, then it goes to the dead
+/// letters. Only a compensated request may leave: one whose compensation failed would end in
+/// limbo (a unit held, a buyer queued for ever), so its message goes back to the queue and is
+/// compensated on its next turn.
+async fn settle_exhausted(
+    fulfiller: &Fulfiller,
+    inbox: &Inbox,
+    d: &Delivery,
+    failing: &[&OrderRequest],
+    outage_pause: Duration,
+) -> anyhow::Result<()> {
+    for r in failing {
+        if let Err(e) = fulfiller.compensate(r).await {
+            tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
+                "compensation failed; the request goes back to the queue");
+            metrics::counter!("order_compensations_failed_total").increment(1);
+            tokio::time::sleep(outage_pause).await;
+            inbox.requeue(d).await?;
+            return Ok(());
+        }
+    }
+    inbox.dead_letter(d, "out of tries").await?;
+    Ok(())
+}
+
+fn record(report: &BatchReport) {
+    metrics::counter!("order_requests_ordered_total").increment(report.ordered as u64);
+    metrics::counter!("order_requests_failed_total").increment(report.failed as u64);
+    metrics::counter!("order_requests_stale_total").increment(report.stale as u64);
+    metrics::counter!("order_requests_recovered_total").increment(report.recovered as u64);
+    metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
 }
 
 /// Expires the orders of each message that are still unpaid and sends their releases.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use seckill_common::amqp::MAX_BATCH_REQUESTS;
 use seckill_common::config::{
     AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
@@ -10,6 +11,9 @@ use serde::Deserialize;
 
 pub const SERVICE: &str = "seckill-service";
 pub const STANDARD_PORT: u16 = 8081;
+
+/// The longest batch window accepted: past it the wait would show in every buyer's answer.
+pub const MAX_BATCH_WINDOW_MS: u64 = 50;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -51,6 +55,13 @@ pub struct SeckillSettings {
     /// before touching anything. Bounds the wait of a request queued behind the others to about
     /// this many divided by the replica's rate.
     pub max_in_flight: usize,
+    /// How long an accepted request waits for others to share its broker message, in
+    /// milliseconds (0: only those already waiting join it). Every buyer's 202 waits this
+    /// much longer at most; the broker's work per request falls with the batch's size.
+    pub batch_window_ms: u64,
+    /// Most accepted requests in one message (1 to `MAX_BATCH_REQUESTS`; 1 publishes each
+    /// request in the single form, as before batching).
+    pub batch_max_requests: usize,
 }
 
 impl Default for SeckillSettings {
@@ -64,6 +75,8 @@ impl Default for SeckillSettings {
             audit_interval_secs: 60,
             rebuild_settle_ms: 2_000,
             max_in_flight: 1_024,
+            batch_window_ms: 1,
+            batch_max_requests: 50,
         }
     }
 }
@@ -75,6 +88,10 @@ impl SeckillSettings {
 
     pub fn rebuild_settle(&self) -> Duration {
         Duration::from_millis(self.rebuild_settle_ms)
+    }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_millis(self.batch_window_ms)
     }
 }
 
@@ -88,6 +105,18 @@ impl Settings {
         ConfigError::check_positive("seckill.reconcile_interval_secs", seckill.reconcile_interval_secs)?;
         ConfigError::check_positive("seckill.audit_interval_secs", seckill.audit_interval_secs)?;
         ConfigError::check_positive("seckill.max_in_flight", seckill.max_in_flight as u64)?;
+        if !(1..=MAX_BATCH_REQUESTS).contains(&seckill.batch_max_requests) {
+            return Err(ConfigError::at(
+                "seckill.batch_max_requests",
+                format!("must be 1 to {MAX_BATCH_REQUESTS} (the most one message may carry)"),
+            ));
+        }
+        if seckill.batch_window_ms > MAX_BATCH_WINDOW_MS {
+            return Err(ConfigError::at(
+                "seckill.batch_window_ms",
+                format!("must be at most {MAX_BATCH_WINDOW_MS}: every buyer's answer waits it"),
+            ));
+        }
         if seckill.reconcile_after_secs.saturating_mul(1000) <= self.amqp.confirm_timeout_ms {
             return Err(ConfigError::at(
                 "seckill.reconcile_after_secs",
@@ -117,5 +146,13 @@ mod tests {
         let mut s = Settings::default();
         s.seckill.max_in_flight = 0;
         assert!(s.validate().unwrap_err().to_string().contains("seckill.max_in_flight"));
+        for bad in [0, MAX_BATCH_REQUESTS + 1] {
+            let mut s = Settings::default();
+            s.seckill.batch_max_requests = bad;
+            assert!(s.validate().unwrap_err().to_string().contains("seckill.batch_max_requests"));
+        }
+        let mut s = Settings::default();
+        s.seckill.batch_window_ms = MAX_BATCH_WINDOW_MS + 1;
+        assert!(s.validate().unwrap_err().to_string().contains("seckill.batch_window_ms"));
     }
 }

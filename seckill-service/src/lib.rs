@@ -3,6 +3,7 @@
 //! with publisher confirms, answers result polls from Redis (or, when Redis lost them, from the
 //! order authority), and rebuilds a sale's Redis data from the authorities after a loss.
 
+pub mod batcher;
 pub mod broadcast;
 pub mod configuration;
 pub mod confirmations;

@@ -19,8 +19,8 @@ use seckill_common::trust::Peer;
 use seckill_web::Ticker;
 use tokio_util::sync::CancellationToken;
 
+use crate::batcher::order_message;
 use crate::restore;
-use crate::routes::buy::order_message;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 
@@ -65,7 +65,7 @@ async fn republish_unconfirmed(state: &AppState, sale: &Sale) {
     };
     for (user, request_id) in stale {
         let msg = OrderRequest::new(request_id, user, g, now_ms()).with_epoch(epoch);
-        let Ok((body, properties)) = order_message(&msg, "") else { continue };
+        let Ok((body, properties)) = order_message(&[msg]) else { continue };
         match state.publisher.publish(Peer::Order, &state.names.orders_queue(), &body, properties).await {
             Ok(()) => {
                 if let Err(e) = state.gate.confirmed(&[(g, user, request_id)]).await {

@@ -6,20 +6,21 @@
 //! - Redis stock = units the authority has available, less the reservations not yet deducted
 //!   there, less the units held back while recovering.
 //! - After a loss, the requests that were accepted but still waited in the broker are invisible
-//!   to both databases and to Redis. The broker's count of waiting buy requests bounds them:
-//!   that many units are held back from the rebuilt stock, so nobody is accepted for a unit one
-//!   of them will take (the ones a consumer already holds are registered in flight when it
-//!   claims them, and counted as such). Each such request, when the consumer meets it, takes its
-//!   unit out of the held-back ones. When the broker has had no buy request waiting at two
-//!   looks in a row, the recovery ends: the stock is set again from the authority, and the
-//!   units held back for nothing are on sale again.
+//!   to both databases and to Redis. The broker's count of waiting messages bounds them (each
+//!   holds at most `MAX_BATCH_REQUESTS`): that many units are held back from the rebuilt
+//!   stock, so nobody is accepted for a unit one of them will take (the ones a consumer
+//!   already holds are registered in flight when it claims them, and counted as such). Each
+//!   such request, when the consumer meets it, takes its unit out of the held-back ones. When
+//!   the broker has had no buy request waiting at two looks in a row, the recovery ends: the
+//!   stock is set again from the authority, and the units held back for nothing are on sale
+//!   again.
 //! - The buyers who hold an active order come from order-service, so a repeat click is told
 //!   REPEATED and every result agrees with the orders.
 
 use std::sync::atomic::Ordering;
 
 use actix_web::web;
-use seckill_common::amqp::{BroadcastKind, retry_queue};
+use seckill_common::amqp::{BroadcastKind, MAX_BATCH_REQUESTS, retry_queue};
 use seckill_common::api::{
     AuthorityAudit, Goods, HeldResponse, QueueAudit, RedisAudit, SaleAudit, SaleRepair, SaleWindow,
 };
@@ -97,7 +98,8 @@ async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
     let snapshot = state.gate.snapshot(g).await?;
     let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
     let authority = state.stock.held(g, snapshot.in_flight).await.map_err(authority_error(g))?;
-    let holdback = i64::from(waiting);
+    // A message holds one request or a batch: the most a batch may carry bounds them.
+    let holdback = i64::from(waiting).saturating_mul(MAX_BATCH_REQUESTS as i64);
     let stock = expected_stock(&authority, in_flight, holdback);
     if state.gate.load(g, stock, Epoch::new(now_ms()), Some(holdback)).await? {
         metrics::counter!("seckill_sales_rebuilt_total").increment(1);

@@ -15,6 +15,7 @@ use seckill_infra::stock_client::StockClient;
 use seckill_web::shed::InFlight;
 use seckill_web::{Application, Lifecycle, Service};
 
+use crate::batcher::{BatchSettings, Batcher};
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
@@ -63,15 +64,29 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let broker = broker_use(&names);
-    let publisher = broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?;
+    let publisher = Arc::new(broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?);
     let lifecycle = Lifecycle::new();
     let (confirmations, clearing) = Confirmations::start(gate.clone(), lifecycle.cancel.clone());
     lifecycle.spawn(clearing);
+    let (batcher, batching) = Batcher::start(
+        publisher.clone(),
+        gate.clone(),
+        confirmations.clone(),
+        names.orders_queue(),
+        BatchSettings {
+            window: settings.seckill.batch_window(),
+            max_requests: settings.seckill.batch_max_requests,
+            capacity: settings.seckill.max_in_flight,
+        },
+        lifecycle.cancel.clone(),
+    );
+    lifecycle.spawn(batching);
     let state = web::Data::new(AppState {
         settings: settings.seckill.clone(),
         sales: SaleBook::new(stock.clone()),
         gate,
         publisher,
+        batcher,
         stock,
         orders: OrderClient::new(&settings.upstreams, trust.clone())?,
         names: names.clone(),

@@ -8,6 +8,7 @@ use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
 use seckill_web::shed::InFlight;
 
+use crate::batcher::Batcher;
 use crate::configuration::SeckillSettings;
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
@@ -17,7 +18,9 @@ pub struct AppState {
     pub settings: SeckillSettings,
     pub gate: Arc<Gate>,
     pub sales: SaleBook,
-    pub publisher: Publisher,
+    pub publisher: Arc<Publisher>,
+    /// Gathers accepted requests into confirmed messages.
+    pub batcher: Batcher,
     pub stock: Arc<StockClient>,
     pub orders: OrderClient,
     pub names: AmqpNames,

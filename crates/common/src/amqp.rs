@@ -34,6 +34,75 @@ impl OrderRequest {
     }
 }
 
+/// The version of the batch form of `seckill.orders` messages.
+pub const BATCH_VERSION: u32 = 2;
+
+/// Most requests one message may carry: a producer never gathers more, and a consumer refuses
+/// a larger batch. It also bounds how many buy requests a number of waiting messages can hold,
+/// which a rebuild after a loss of Redis data holds units back for.
+pub const MAX_BATCH_REQUESTS: usize = 100;
+
+/// Several accepted buy requests in one message, confirmed as one: `{"v": 2, "requests":
+/// [...]}`, each request exactly as in the single form (its own `"v": 1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderBatch {
+    pub v: u32,
+    pub requests: Vec<OrderRequest>,
+}
+
+impl OrderBatch {
+    pub fn new(requests: Vec<OrderRequest>) -> Self {
+        Self { v: BATCH_VERSION, requests }
+    }
+}
+
+/// The body of a `seckill.orders` message for `requests`: the single form for one request (what
+/// every consumer reads), the batch form for more.
+pub fn order_body(requests: &[OrderRequest]) -> serde_json::Result<Vec<u8>> {
+    /// [`OrderBatch`] without copying the requests.
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        v: u32,
+        requests: &'a [OrderRequest],
+    }
+    match requests {
+        [one] => serde_json::to_vec(one),
+        many => serde_json::to_vec(&Borrowed { v: BATCH_VERSION, requests: many }),
+    }
+}
+
+/// The buy requests of a `seckill.orders` message, in either form. Refused (so dead-lettered):
+/// unknown versions, a batch that is empty or larger than [`MAX_BATCH_REQUESTS`], a batched
+/// request that is not itself of the single form's version.
+pub fn decode_order_requests(body: &[u8]) -> Result<Vec<OrderRequest>, String> {
+    /// Only the version: serde skips the rest without building it.
+    #[derive(Deserialize)]
+    struct Version {
+        v: Option<u64>,
+    }
+    let version = serde_json::from_slice::<Version>(body).map_err(|e| format!("not JSON: {e}"))?.v;
+    let unexpected = |e: serde_json::Error| format!("unexpected fields: {e}");
+    match version {
+        Some(v) if v == u64::from(MESSAGE_VERSION) => {
+            Ok(vec![serde_json::from_slice::<OrderRequest>(body).map_err(unexpected)?])
+        }
+        Some(v) if v == u64::from(BATCH_VERSION) => {
+            let batch = serde_json::from_slice::<OrderBatch>(body).map_err(unexpected)?;
+            if batch.requests.is_empty() || batch.requests.len() > MAX_BATCH_REQUESTS {
+                return Err(format!(
+                    "a batch of {} requests (1 to {MAX_BATCH_REQUESTS} allowed)",
+                    batch.requests.len()
+                ));
+            }
+            if let Some(r) = batch.requests.iter().find(|r| r.v != MESSAGE_VERSION) {
+                return Err(format!("batched request {} of version {}", r.request_id, r.v));
+            }
+            Ok(batch.requests)
+        }
+        other => Err(format!("unknown message version {other:?}")),
+    }
+}
+
 /// Orders to expire if still unpaid when their delay runs out: one message per batch of new
 /// orders (published to the delay queue), so a spike costs one publish per batch, not per order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,6 +268,38 @@ mod tests {
         assert!(json.starts_with(r#"{"v":1,"#));
         assert_eq!(serde_json::from_str::<OrderRequest>(&json).unwrap(), m);
         assert_eq!(AmqpNames::new("t.").orders_queue(), "t.seckill.orders");
+    }
+
+    fn request(n: i64) -> OrderRequest {
+        OrderRequest::new(Uuid::from_u128(n as u128), UserId::new(n).unwrap(), GoodsId::new(7).unwrap(), 1)
+    }
+
+    #[test]
+    fn order_messages_are_read_in_both_forms() {
+        let one = order_body(&[request(1)]).unwrap();
+        assert!(one.starts_with(br#"{"v":1,"#), "one request keeps the single form");
+        assert_eq!(decode_order_requests(&one).unwrap(), vec![request(1)]);
+
+        let three = [request(1), request(2), request(3)];
+        let body = order_body(&three).unwrap();
+        assert!(body.starts_with(br#"{"v":2,"requests":[{"v":1,"#), "{}", String::from_utf8_lossy(&body));
+        assert_eq!(decode_order_requests(&body).unwrap(), three.to_vec());
+    }
+
+    #[test]
+    fn odd_batches_are_refused() {
+        let refuse = |body: &str| decode_order_requests(body.as_bytes()).unwrap_err();
+        assert!(refuse(r#"{"v":2,"requests":[]}"#).contains("batch of 0"));
+        assert!(refuse(r#"{"v":3,"requests":[]}"#).contains("version"));
+        assert!(refuse(r#"{"requests":[]}"#).contains("version"));
+        assert!(refuse(r#"{"v":2}"#).contains("unexpected fields"));
+        assert!(refuse("nope").contains("not JSON"));
+        let mut nested = serde_json::to_value(OrderBatch::new(vec![request(1), request(2)])).unwrap();
+        nested["requests"][1]["v"] = 2.into();
+        assert!(refuse(&nested.to_string()).contains("of version 2"));
+        let too_many: Vec<_> = (1..=MAX_BATCH_REQUESTS as i64 + 1).map(request).collect();
+        let body = serde_json::to_string(&OrderBatch::new(too_many)).unwrap();
+        assert!(refuse(&body).contains(&format!("batch of {}", MAX_BATCH_REQUESTS + 1)));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use redis::AsyncCommands;
 use reqwest::Method;
-use seckill_common::amqp::{AmqpNames, OrderRequest, Release};
+use seckill_common::amqp::{AmqpNames, OrderBatch, OrderRequest, Release};
 use seckill_common::api::{Goods, NewGoods, Order, Role};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings};
 use seckill_common::keys::RedisKeys;
@@ -221,8 +221,18 @@ impl TestApp {
 
     /// Publishes a buy request signed by `from` (seckill-service is the one order-service takes).
     pub async fn publish_request(&self, from: Peer, request: &OrderRequest) {
-        let body = serde_json::to_vec(request).unwrap();
-        let signature = keys::trust(from).sign_message(Peer::Order, &body);
+        self.publish_order_body(from, &serde_json::to_vec(request).unwrap()).await;
+    }
+
+    /// Publishes several requests in one message of the batch form, signed by `from`.
+    pub async fn publish_batch(&self, from: Peer, requests: &[OrderRequest]) {
+        let body = serde_json::to_vec(&OrderBatch::new(requests.to_vec())).unwrap();
+        self.publish_order_body(from, &body).await;
+    }
+
+    /// Publishes `body` to the orders queue, signed by `from`.
+    pub async fn publish_order_body(&self, from: Peer, body: &[u8]) {
+        let signature = keys::trust(from).sign_message(Peer::Order, body);
         let mut headers = FieldTable::default();
         headers.insert(SIGNATURE_HEADER.into(), AMQPValue::LongString(signature.into()));
         let properties = lapin::BasicProperties::default().with_headers(headers).with_delivery_mode(2);
@@ -233,12 +243,18 @@ impl TestApp {
         let channel = conn.create_channel().await.unwrap();
         channel.confirm_select(Default::default()).await.unwrap();
         channel
-            .basic_publish("".into(), queue.as_str().into(), Default::default(), &body, properties)
+            .basic_publish("".into(), queue.as_str().into(), Default::default(), body, properties)
             .await
             .unwrap()
             .await
             .unwrap();
         let _ = conn.close(200, "published".into()).await;
+    }
+
+    /// Units left in the sale's Redis stock.
+    pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {
+        let (_, mut conn) = self.scripts().await;
+        conn.get(self.redis_keys.stock(g)).await.unwrap()
     }
 
     /// The buyer's result in Redis, as order-service wrote it.

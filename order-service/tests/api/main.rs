@@ -2,6 +2,7 @@
 //! RabbitMQ under this test's own names; the test plays seckill-service (the reservation in
 //! Redis, the signed buy request) and the gateway (the signed identity).
 
+mod batches;
 mod fulfil;
 mod helpers;
 mod internal;

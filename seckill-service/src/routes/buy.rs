@@ -1,17 +1,14 @@
 //! The buyer's three calls: the path token, the order (the hot path), the result poll.
 
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use lapin::BasicProperties;
-use lapin::types::{AMQPValue, FieldTable, LongString};
+use actix_web::{HttpRequest, HttpResponse, web};
 use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::scripts::StoredResult;
-use seckill_common::trust::Peer;
 use seckill_common::{ErrorCode, GoodsId, OrderId, UserId, headers};
-use seckill_web::request_id::RequestId;
 use seckill_web::{ApiError, AuthUser};
 use uuid::Uuid;
 
+use crate::batcher::Enqueued;
 use crate::gate::Reserve;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
@@ -61,9 +58,9 @@ pub async fn path_token(
 }
 
 /// `POST /api/seckill/{goods_id}/orders`: sold-out flag, a slot among the requests in flight
-/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script, one confirmed
-/// publish, 202. Nothing here touches the database.
-#[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
+/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script, a place in the next
+/// confirmed message (`batcher`), 202. Nothing here touches the database.
+#[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id, request_id))]
 pub async fn order(
     state: web::Data<AppState>,
     user: AuthUser,
@@ -119,57 +116,15 @@ pub async fn order(
         }
     }
 
-    let trace_id = req.extensions().get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default();
-    enqueue(&state, OrderRequest::new(request_id, u, g, now).with_epoch(epoch), &trace_id).await?;
-    metrics::counter!("seckill_orders_accepted_total").increment(1);
-    Ok(HttpResponse::Accepted().json(OrderAccepted { status: SeckillStatus::Queued, request_id }))
-}
-
-/// Publishes the accepted request and waits for the broker's confirm. If the confirm does not
-/// come, the reservation is given back, unless the order consumer already claimed it (the
-/// broker did store the message): then the request stands and the answer is still 202.
-async fn enqueue(state: &AppState, msg: OrderRequest, trace_id: &str) -> Result<(), ApiError> {
-    let (body, properties) = order_message(&msg, trace_id).map_err(ApiError::internal)?;
-    let (g, u, rid) = (msg.goods_id, msg.user_id, msg.request_id);
-    match state.publisher.publish(Peer::Order, &state.names.orders_queue(), &body, properties).await {
-        Ok(()) => {
-            state.confirmations.push(g, u, rid);
-            Ok(())
+    tracing::Span::current().record("request_id", tracing::field::display(request_id));
+    let request = OrderRequest::new(request_id, u, g, now).with_epoch(epoch);
+    match state.batcher.enqueue(request).await {
+        Enqueued::Accepted => {
+            metrics::counter!("seckill_orders_accepted_total").increment(1);
+            Ok(HttpResponse::Accepted().json(OrderAccepted { status: SeckillStatus::Queued, request_id }))
         }
-        Err(publish_error) => {
-            metrics::counter!("seckill_enqueue_failures_total").increment(1);
-            match state.gate.undo(g, u, rid, None).await {
-                Ok(true) => {
-                    tracing::error!(error = %publish_error, request_id = %rid, "enqueue failed: reservation given back");
-                    Err(busy())
-                }
-                Ok(false) => {
-                    tracing::warn!(error = %publish_error, request_id = %rid, "confirm missing but the consumer has the request");
-                    Ok(())
-                }
-                Err(undo_error) => {
-                    tracing::error!(
-                        error = %publish_error, undo_error = %undo_error, request_id = %rid,
-                        "enqueue failed and the undo too: the reconciler will give the reservation back"
-                    );
-                    Err(busy())
-                }
-            }
-        }
+        Enqueued::Refused => Err(busy()),
     }
-}
-
-/// The body and properties of an accepted request's message: JSON, the request id as the
-/// AMQP message id, the HTTP request's trace id in a header.
-pub fn order_message(msg: &OrderRequest, trace_id: &str) -> serde_json::Result<(Vec<u8>, BasicProperties)> {
-    let body = serde_json::to_vec(msg)?;
-    let mut message_headers = FieldTable::default();
-    message_headers.insert(headers::REQUEST_ID.into(), AMQPValue::LongString(LongString::from(trace_id)));
-    let properties = BasicProperties::default()
-        .with_content_type("application/json".into())
-        .with_message_id(msg.request_id.to_string().into())
-        .with_headers(message_headers);
-    Ok((body, properties))
 }
 
 fn busy() -> ApiError {

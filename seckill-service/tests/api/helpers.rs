@@ -8,7 +8,7 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use chrono::Utc;
 use redis::AsyncCommands;
 use reqwest::Method;
-use seckill_common::amqp::{AmqpNames, OrderRequest};
+use seckill_common::amqp::{AmqpNames, OrderRequest, decode_order_requests};
 use seckill_common::api::{ActiveOrder, Goods, Role};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings};
 use seckill_common::keys::RedisKeys;
@@ -192,12 +192,18 @@ impl TestApp {
     }
 
     /// Takes every message waiting in the orders queue, each checked to be signed by
-    /// seckill-service for order-service (the consumer's own check).
-    pub async fn take_order_messages(&self) -> Vec<OrderRequest> {
-        take_signed(&self.amqp_names.orders_queue(), Peer::Seckill, Peer::Order).await
+    /// seckill-service for order-service (the consumer's own check): the requests of each.
+    pub async fn take_order_batches(&self) -> Vec<Vec<OrderRequest>> {
+        let bodies = take_signed_bodies(&self.amqp_names.orders_queue(), Peer::Seckill, Peer::Order).await;
+        bodies.iter().map(|b| decode_order_requests(b).expect("an orders message of either form")).collect()
     }
 
-    /// Polls the orders queue until `n` messages have been taken in all, or `within` passes.
+    /// The requests of every message waiting in the orders queue (see `take_order_batches`).
+    pub async fn take_order_messages(&self) -> Vec<OrderRequest> {
+        self.take_order_batches().await.into_iter().flatten().collect()
+    }
+
+    /// Polls the orders queue until `n` requests have been taken in all, or `within` passes.
     pub async fn wait_for_order_messages(&self, n: usize, within: Duration) -> Vec<OrderRequest> {
         let deadline = Instant::now() + within;
         let mut taken = Vec::new();
@@ -209,7 +215,7 @@ impl TestApp {
     }
 }
 
-pub use seckill_testkit::keys::take_signed;
+use seckill_testkit::keys::take_signed_bodies;
 
 /// A stand-in for order-service's internal API (`/internal/orders/active`, `/count`): answers
 /// from the active orders a test gives it, and only to seckill-service's credential.

@@ -1,6 +1,7 @@
 //! seckill-service on its own: a real stock-service for the sales, a stand-in for
 //! order-service's internal API, real Redis and RabbitMQ under this test's own names.
 
+mod batch;
 mod buy;
 mod helpers;
 mod identity;
