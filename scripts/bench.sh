@@ -520,6 +520,15 @@ if [[ -f run/order-service.pid ]]; then
         --json "$OUT/drain-backlog.json" --chart "$OUT/drain-backlog.svg"
 fi
 
+# ---------------------------------------------------------------------------------------------
+# The synchronous design, beside the accept path alone (drain-backlog): one transaction per buy
+# (conditional stock update + order insert under a unique (goods_id, user_id) index, commit)
+# behind a minimal HTTP server inside seckill-bench, same buys, stock and connections, on the
+# same PostgreSQL, in a throw-away database (seckill_bench_sync: created, dropped at the end;
+# one an interrupted run left is dropped first).
+measure sync sync --pg-url "$SECKILL_PG_URL" --buys "$DRAIN_USERS" --stock $((DRAIN_USERS * 2)) -c 500 \
+    --json "$OUT/sync.json" --chart "$OUT/sync.svg"
+
 # The p99 target at a rate the system should hold: 0.6 x the RabbitMQ confirm baseline.
 AMQP_RATE=$("$BENCH" figure --dir "$OUT" amqp-publish 2>/dev/null || echo 0)
 RATE=$(awk -v r="$AMQP_RATE" 'BEGIN { printf "%.0f", r * 0.6 }')

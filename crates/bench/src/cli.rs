@@ -10,10 +10,12 @@ use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 
 use crate::baseline::{self, AmqpConfig, HttpConfig};
+use crate::busy::{self, BusyRetry};
 use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
 use crate::scenario::{self, BuyLimit, Scenario, ScenarioConfig};
+use crate::sync::SyncConfig;
 use crate::{chart, cleanup, client, faults, machine};
 
 /// Exit status when a scenario ran but an invariant broke.
@@ -52,6 +54,11 @@ pub enum Command {
     /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
     /// drain (first 202 to the last order row written; with --pause-pid, the consumer alone).
     Drain(ScenarioArgs),
+    /// The synchronous design, for comparison: one transaction per buy (conditional stock
+    /// update + order insert under a unique (goods_id, user_id) index) behind a minimal HTTP
+    /// server in this tool, in a throw-away database on the same PostgreSQL; --buys (50,000)
+    /// new users on --connections (500), closed loop; the database checked afterwards.
+    Sync(SyncArgs),
     /// Plain GET load at a URL with N connections for D seconds.
     Http(HttpArgs),
     /// Serves a small fixed JSON body to any request (a trivial upstream for the gateway).
@@ -152,6 +159,10 @@ pub struct ScenarioArgs {
     /// Order without a path token (for seckill.require_token=false).
     #[arg(long)]
     pub no_path_token: bool,
+    /// Retries of a click's call answered `503 BUSY`, each after its `Retry-After` (capped at
+    /// 5 s) plus a little jitter, as a browser or an app would (0: a BUSY answer ends the click).
+    #[arg(long, default_value_t = busy::DEFAULT_RETRIES)]
+    pub busy_retries: u32,
     /// The first user id (users are consecutive from it).
     #[arg(long)]
     pub first_user: Option<i64>,
@@ -238,6 +249,7 @@ impl ScenarioArgs {
         }
         c.rate = self.rate.filter(|r| *r > 0.0);
         c.path_token = !self.no_path_token;
+        c.busy = BusyRetry::new(self.busy_retries);
         if let Some(v) = self.first_user {
             c.first_user = v;
         }
@@ -261,6 +273,56 @@ impl ScenarioArgs {
         c.progress = !self.out.no_progress;
         c.procs = self.out.procs();
         c
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SyncArgs {
+    /// The PostgreSQL server (a database name in the URL is replaced by --database).
+    #[arg(long, env = "SECKILL_PG_URL", default_value = "postgres://postgres@127.0.0.1:5432")]
+    pub pg_url: String,
+    /// The throw-away database: dropped if an interrupted run left it, created, dropped at the end.
+    #[arg(long, default_value = "seckill_bench_sync")]
+    pub database: String,
+    /// Buy requests, each by a new user.
+    #[arg(long, default_value_t = 50_000)]
+    pub buys: u64,
+    /// Units on sale.
+    #[arg(long, default_value_t = 100_000)]
+    pub stock: i64,
+    /// Keep-alive connections firing buys.
+    #[arg(long, short = 'c', default_value_t = 500)]
+    pub connections: usize,
+    /// The server's PostgreSQL connections.
+    #[arg(long, default_value_t = 32)]
+    pub pool_size: usize,
+    /// The first user id (users are consecutive from it).
+    #[arg(long, default_value_t = 1)]
+    pub first_user: i64,
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// The report's name.
+    #[arg(long, default_value = "sync")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+impl SyncArgs {
+    pub fn config(&self) -> SyncConfig {
+        SyncConfig {
+            name: self.name.clone(),
+            pg_url: self.pg_url.clone(),
+            database: self.database.clone(),
+            buys: self.buys,
+            stock: self.stock,
+            connections: self.connections,
+            pool_size: self.pool_size,
+            first_user: self.first_user,
+            request_timeout: Duration::from_millis(self.timeout_ms),
+            progress: !self.out.no_progress,
+            procs: self.out.procs(),
+        }
     }
 }
 
@@ -473,6 +535,11 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::SoldOut(a) => run_scenario(Scenario::SoldOut, &a).await,
         Command::HotUser(a) => run_scenario(Scenario::HotUser, &a).await,
         Command::Drain(a) => run_scenario(Scenario::Drain, &a).await,
+        Command::Sync(a) => {
+            let report = crate::sync::run(&a.config()).await?;
+            emit(&report, &a.out)?;
+            Ok(invariant_status(&report))
+        }
         Command::Http(a) => {
             let cfg = HttpConfig {
                 name: a.name.clone(),
@@ -594,11 +661,16 @@ async fn run_scenario(scenario: Scenario, args: &ScenarioArgs) -> anyhow::Result
     let cfg = args.config(scenario);
     let report = scenario::run(&cfg).await?;
     emit(&report, &args.out)?;
+    Ok(invariant_status(&report))
+}
+
+/// Success, or [`EXIT_INVARIANT`] when a check of the run broke.
+fn invariant_status(report: &Report) -> ExitCode {
     if report.invariants_hold() {
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     } else {
         eprintln!("seckill-bench: an invariant is broken (see above)");
-        Ok(ExitCode::from(EXIT_INVARIANT))
+        ExitCode::from(EXIT_INVARIANT)
     }
 }
 
@@ -724,6 +796,34 @@ mod tests {
         assert_eq!(c.gateway, "http://127.0.0.1:8080");
         assert_eq!(c.click_gateways(), ["http://127.0.0.1:8080"]);
         assert_eq!(c.buy_limit, None);
+        assert_eq!(c.busy, BusyRetry::new(3));
+    }
+
+    #[test]
+    fn sync_takes_its_sizes() {
+        let cli = Cli::try_parse_from([
+            "seckill-bench",
+            "sync",
+            "--pg-url",
+            "postgres://postgres@127.0.0.1:5432",
+            "--buys",
+            "20000",
+            "--stock",
+            "1000",
+            "-c",
+            "200",
+        ])
+        .unwrap();
+        let Command::Sync(a) = cli.command else { panic!("not sync") };
+        let c = a.config();
+        assert_eq!((c.buys, c.stock, c.connections, c.pool_size), (20_000, 1_000, 200, 32));
+        assert_eq!((c.database.as_str(), c.name.as_str()), ("seckill_bench_sync", "sync"));
+    }
+
+    #[test]
+    fn busy_retries_can_be_set_or_turned_off() {
+        assert_eq!(hot_user(&["--busy-retries", "5"]).unwrap().busy.retries, 5);
+        assert_eq!(hot_user(&["--busy-retries", "0"]).unwrap().busy.retries, 0);
     }
 
     fn hot_user(args: &[&str]) -> Result<ScenarioConfig, clap::Error> {

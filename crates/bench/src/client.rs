@@ -10,7 +10,9 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER,
+};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -143,11 +145,18 @@ pub fn bearer_header(token: &str) -> anyhow::Result<HeaderValue> {
 pub struct Answer {
     pub status: u16,
     pub body: Bytes,
+    /// A 503's `Retry-After`, when it is delay-seconds (read on 503s only: the shed answer).
+    pub retry_after: Option<Duration>,
 }
 
 impl Answer {
+    /// An answer without headers worth keeping.
+    pub fn new(status: u16, body: Bytes) -> Self {
+        Self { status, body, retry_after: None }
+    }
+
     fn failed(status: u16) -> Self {
-        Self { status, body: Bytes::new() }
+        Self::new(status, Bytes::new())
     }
 }
 
@@ -246,8 +255,13 @@ impl Conn {
         sender.ready().await?;
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
+        let retry_after = if status == 503 {
+            response.headers().get(RETRY_AFTER).and_then(crate::busy::parse_retry_after)
+        } else {
+            None
+        };
         let body = response.into_body().collect().await?.to_bytes();
-        Ok(Answer { status, body })
+        Ok(Answer { status, body, retry_after })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The sale's invariants, checked from outside on what the buyers saw: nobody accepted twice,
-//! distinct order ids, no oversell, winners = min(stock, users) (users who clicked several
-//! times: every accepted user wins while units last), nothing left `queued`, every accepted
+//! distinct order ids, no oversell, winners = min(stock, users) (users whose every click was
+//! shed `503 BUSY` never asked, so are not counted; users who clicked several times: every
+//! accepted user wins while units last), nothing left `queued`, every accepted
 //! request ending in `success` or `failed`, and the authority's stock agreeing.
 
 use std::collections::HashMap;
@@ -28,6 +29,9 @@ pub struct Buyer {
     pub accepted: u32,
     /// Clicks that ended without a definitive answer (connection error, timeout, 5xx, 429).
     pub undecided_clicks: u32,
+    /// Clicks still answered `503 BUSY` after their retries: shed before anything was
+    /// touched, so certainly not accepted (not counted in `undecided_clicks`).
+    pub busy_clicks: u32,
     /// The polled result of an accepted user (`None`: never accepted, so never polled).
     pub result: Option<FinalState>,
     pub order_id: Option<i64>,
@@ -69,6 +73,8 @@ pub const STOCK_AGREES: &str = "stock_available = stock - winners";
 /// call failed, and that check fails saying so).
 pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<Check> {
     let users = buyers.iter().filter(|b| b.clicks > 0).count() as i64;
+    // Users every click of whom was shed (BUSY): they never asked the sale, so no unit is theirs.
+    let shed = buyers.iter().filter(|b| b.clicks > 0 && b.busy_clicks == b.clicks).count() as i64;
     let accepted_users = buyers.iter().filter(|b| b.accepted > 0).count() as i64;
     let winners: Vec<&Buyer> = buyers.iter().filter(|b| b.result == Some(FinalState::Success)).collect();
     let n_winners = winners.len() as i64;
@@ -114,15 +120,22 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
     let expected = stock.min(users);
     let once = buyers.iter().all(|b| b.clicks <= 1);
     checks.push(if once {
+        let asked = users - shed;
+        let want = stock.min(asked);
+        let of_users = if shed > 0 {
+            format!("min({stock}, {users} users - {shed} shed BUSY) = {want}")
+        } else {
+            format!("min({stock}, {users}) = {want}")
+        };
         Check::new(
             WINNERS,
-            n_winners == expected,
-            if undecided > 0 && n_winners != expected {
+            n_winners == want,
+            if undecided > 0 && n_winners != want {
                 format!(
-                    "{n_winners} winners, expected min({stock}, {users}) = {expected}; {undecided} clicks had no definitive answer (errors, timeouts, 5xx, 429)"
+                    "{n_winners} winners, expected {of_users}; {undecided} clicks had no definitive answer (errors, timeouts, 5xx, 429)"
                 )
             } else {
-                format!("{n_winners} winners, expected min({stock}, {users}) = {expected}")
+                format!("{n_winners} winners, expected {of_users}")
             },
         )
     } else {
@@ -282,6 +295,7 @@ mod tests {
             clicks: 1_000,
             accepted: 1,
             undecided_clicks: 900,
+            busy_clicks: 0,
             result: Some(FinalState::Success),
             order_id: Some(42),
             answered_us: Some(20_000),
@@ -306,6 +320,26 @@ mod tests {
         let checks = check(&buyers, 20, Some(1));
         let failed = failing(&checks);
         assert!(failed.contains(&NOTHING_LOST), "{failed:?}");
+    }
+
+    #[test]
+    fn a_click_shed_busy_is_not_expected_to_win() {
+        // 100 users for 20 units, every click of users 11..=100 shed: 10 winners are all of it.
+        let mut buyers = clean_sale(100, 10);
+        for b in &mut buyers[10..] {
+            b.busy_clicks = 1;
+        }
+        let checks = check(&buyers, 20, Some(10));
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+        let detail = &checks.iter().find(|c| c.name == WINNERS).unwrap().detail;
+        assert!(detail.contains("100 users - 90 shed BUSY) = 10"), "{detail}");
+
+        // Enough users left to sell out: every unit must still be sold.
+        let mut buyers = clean_sale(100, 10);
+        for b in &mut buyers[50..] {
+            b.busy_clicks = 1;
+        }
+        assert_eq!(failing(&check(&buyers, 20, Some(10))), [WINNERS]);
     }
 
     #[test]

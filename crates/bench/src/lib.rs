@@ -4,12 +4,14 @@
 //! `spike`, `sold-out`, `hot-user`, `drain`), checks the sale's invariants from outside, and
 //! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
-//! scratch queues; `faults` is the fault suite's driver (scripts/faults.sh: services killed and
+//! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
+//! same PostgreSQL, for comparison; `faults` is the fault suite's driver (scripts/faults.sh: services killed and
 //! servers restarted mid-sale, nothing lost). The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
 //! [`scenario::ScenarioConfig`] returns a [`report::Report`].
 
 pub mod baseline;
+pub mod busy;
 pub mod chart;
 pub mod cleanup;
 pub mod cli;
@@ -25,3 +27,4 @@ pub mod report;
 pub mod scenario;
 pub mod signal;
 pub mod stats;
+pub mod sync;

@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::invariants::Check;
 use crate::machine::{MachineFacts, ProcCpu};
 use crate::memory::ProcMemory;
+use crate::record::Call;
 use crate::report::{BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report};
 use crate::stats::CallStats;
+use crate::sync::SyncSummary;
 
 pub const KIND_EXTERNAL: &str = "external";
 pub const KIND_MACHINE: &str = "machine";
@@ -45,6 +47,8 @@ pub mod names {
     pub const DRAIN_BACKLOG: &str = "drain-backlog";
     pub const ACCEPT_AT_RATE: &str = "accept-at-rate";
     pub const ACCEPT_SUSTAINED: &str = "accept-sustained";
+    /// The synchronous design: one transaction per buy on the same PostgreSQL.
+    pub const SYNC: &str = "sync";
 }
 
 /// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
@@ -472,6 +476,8 @@ struct Page<'a> {
     /// The HTTP and AMQP baselines by name.
     http: BTreeMap<&'static str, HttpBaseline<'a>>,
     externals: Vec<ExternalBaseline<'a>>,
+    /// The synchronous design, next to the accept path.
+    sync: Option<SyncBaseline>,
     scenarios: Vec<ScenarioView<'a>>,
     cost: Option<CostTable<'a>>,
     limits: Limits,
@@ -491,6 +497,7 @@ impl<'a> Page<'a> {
             disturbed: disturbed(c),
             http: http_baselines(c),
             externals: external_baselines(c),
+            sync: SyncBaseline::new(c),
             scenarios: scenarios(c),
             cost: CostTable::new(c),
             limits: Limits::new(c),
@@ -619,6 +626,41 @@ fn external_baselines(c: &Collected) -> Vec<ExternalBaseline<'_>> {
         .collect()
 }
 
+/// `sync` (one transaction per buy) against the accept path alone (drain-backlog), in accepted
+/// buys per second.
+#[derive(Serialize)]
+struct SyncBaseline {
+    per_sec: f64,
+    runs: Vec<f64>,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    connections: usize,
+    pool_size: usize,
+    /// The accept path alone, when it was measured, and its ratio to `per_sec`.
+    accept_path: Option<f64>,
+    ratio: Option<f64>,
+}
+
+impl SyncBaseline {
+    fn new(c: &Collected) -> Option<Self> {
+        let (r, runs) = c.report(names::SYNC)?;
+        let s = r.sync.as_ref()?;
+        let ok = r.row(Call::Buy.name(), "200");
+        let accept_path =
+            c.report(names::DRAIN_BACKLOG).and_then(|(b, _)| b.drain.as_ref()).map(|d| d.accepted_per_sec);
+        Some(Self {
+            per_sec: s.accepted_per_sec,
+            runs: repeated(runs),
+            p50_ms: ok.map(|x| x.latency.p50_ms),
+            p99_ms: ok.map(|x| x.latency.p99_ms),
+            connections: s.connections,
+            pool_size: s.pool_size,
+            accept_path,
+            ratio: accept_path.filter(|_| s.accepted_per_sec > 0.0).map(|a| a / s.accepted_per_sec),
+        })
+    }
+}
+
 /// Where the CPU went during one run: the busiest processes.
 #[derive(Serialize)]
 struct CpuView<'a> {
@@ -663,6 +705,8 @@ struct ScenarioView<'a> {
     answered_within: Option<f64>,
     /// With accepted buys: how they drained.
     drain: Option<&'a DrainSummary>,
+    /// `sync`: its answers and the database's figures.
+    sync: Option<&'a SyncSummary>,
     duration_secs: f64,
     memory: &'a [ProcMemory],
     cpu: Option<CpuView<'a>>,
@@ -684,6 +728,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
         SOLD_OUT_FORWARDED,
         DRAIN,
         DRAIN_BACKLOG,
+        SYNC,
         ACCEPT_AT_RATE,
         ACCEPT_SUSTAINED,
     ];
@@ -708,6 +753,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
                     .filter(|d| d.accepted_per_sec <= 0.0)
                     .and_then(|d| d.all_answered_within_s),
                 drain: r.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0),
+                sync: r.sync.as_ref(),
                 duration_secs: r.duration_secs,
                 memory: &r.memory,
                 cpu: CpuView::of(r),
@@ -773,6 +819,7 @@ impl<'a> CostTable<'a> {
             (SOLD_OUT_FORWARDED, "sold-out, every click forwarded, shared limit (per 410)"),
             (DRAIN, "drain (per accepted order, consumer running)"),
             (DRAIN_BACKLOG, "drain-backlog load (per accepted order, consumer paused)"),
+            (SYNC, "sync (per buy, one transaction)"),
         ]
         .into_iter()
         .filter_map(|(name, label)| c.report(name).map(|(r, _)| (label, r)))
@@ -1033,7 +1080,12 @@ pub fn figure(dir: &Path, name: &str, metric: &str) -> anyhow::Result<f64> {
     let c = Collected::read(dir)?;
     if let Some((r, _)) = c.report(name) {
         return match metric {
-            "accepted" => r.drain.as_ref().map(|d| d.accepted_per_sec).context("not a scenario"),
+            "accepted" => r
+                .drain
+                .as_ref()
+                .map(|d| d.accepted_per_sec)
+                .or(r.sync.as_ref().map(|s| s.accepted_per_sec))
+                .context("not a scenario"),
             _ => Ok(r.primary()),
         };
     }
@@ -1066,6 +1118,7 @@ mod tests {
             }],
             buy: None,
             drain: None,
+            sync: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -1145,6 +1198,80 @@ mod tests {
             md.contains("| 13,000 /s (order p99 95.2 ms) | 20,000 msg/s | 0.65 | >= 0.6 | **yes** |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn busy_answers_are_told_with_the_buyers() {
+        let mut c = Collected::default();
+        let mut r = report(KIND_SCENARIO, names::SPIKE, "order", 5_000.0);
+        r.buy = Some(BuySummary {
+            users: 20_000,
+            clicks: 20_000,
+            busy_answers: 1_500,
+            ended_busy: 12,
+            busy_retries: 3,
+            ..Default::default()
+        });
+        c.reports.entry(names::SPIKE.into()).or_default().push(r.clone());
+        let md = render(&c).unwrap();
+        assert!(
+            md.contains("result polls. Shed (`503 BUSY`): 1,500 answers to buy calls, 1,488 of them retried after their `Retry-After` (up to 3 retries a click); 12 clicks still BUSY after them.\n"),
+            "{md}"
+        );
+        // Nothing shed: nothing said.
+        r.buy.as_mut().unwrap().busy_answers = 0;
+        c.reports.insert(names::SPIKE.into(), vec![r]);
+        assert!(!render(&c).unwrap().contains("BUSY"));
+    }
+
+    #[test]
+    fn sync_stands_next_to_the_accept_path_with_a_ratio() {
+        let mut c = Collected::default();
+        let mut sync = report(KIND_SCENARIO, names::SYNC, "buy", 2_000.0);
+        sync.calls.push(CallStats {
+            call: "buy".into(),
+            outcome: "200".into(),
+            count: 2_000,
+            per_sec: 2_000.0,
+            window_secs: 1.0,
+            latency: Latency { p50_ms: 200.0, p99_ms: 410.5, ..Latency::default() },
+        });
+        sync.sync = Some(SyncSummary {
+            buys: 2_000,
+            stock: 4_000,
+            connections: 500,
+            pool_size: 32,
+            accepted: 2_000,
+            accepted_per_sec: 2_000.0,
+            orders: 2_000,
+            distinct_users: 2_000,
+            available: 2_000,
+            total: 4_000,
+            ..SyncSummary::default()
+        });
+        c.reports.entry(names::SYNC.into()).or_default().push(sync);
+        let md = render(&c).unwrap();
+        assert!(
+            md.contains("| sync (one transaction per buy) | 2,000 accepted buys/s | 200.00 | 410.50 | the synchronous design"),
+            "{md}"
+        );
+        assert!(md.contains("The accept path alone (drain-backlog) was not measured |"), "{md}");
+        assert!(md.contains("### sync\n"), "{md}");
+        assert!(md.contains("2,000 answered 200 (**2,000 accepted buys/s** while units lasted)"), "{md}");
+
+        c.reports.entry(names::DRAIN_BACKLOG.into()).or_default().push(drain_report(
+            names::DRAIN_BACKLOG,
+            13_000.0,
+            95.0,
+        ));
+        let md = render(&c).unwrap();
+        assert!(
+            md.contains("The accept path alone (drain-backlog): **13,000 accepted buys/s, 6.50 x** this |"),
+            "{md}"
+        );
+        assert!(md.find("### drain-backlog") < md.find("### sync"), "{md}");
+        // Repeated runs are ordered by their accepted buys/s.
+        assert_eq!(c.report(names::SYNC).unwrap().0.primary(), 2_000.0);
     }
 
     #[test]

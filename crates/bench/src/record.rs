@@ -21,10 +21,13 @@ pub enum Call {
     Get,
     /// A persistent AMQP publish, until its confirm (the `amqp-publish` baseline).
     Publish,
+    /// `POST /buy/{user}`: one transaction per buy (the `sync` scenario).
+    Buy,
 }
 
 impl Call {
-    pub const ALL: [Call; 5] = [Call::PathToken, Call::Order, Call::Result, Call::Get, Call::Publish];
+    pub const ALL: [Call; 6] =
+        [Call::PathToken, Call::Order, Call::Result, Call::Get, Call::Publish, Call::Buy];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -33,6 +36,7 @@ impl Call {
             Self::Result => "result",
             Self::Get => "get",
             Self::Publish => "publish",
+            Self::Buy => "buy",
         }
     }
 }

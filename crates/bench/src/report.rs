@@ -13,6 +13,7 @@ use crate::machine::CpuReport;
 use crate::memory::ProcMemory;
 use crate::record::Event;
 use crate::stats::{self, CallStats, Timeline};
+use crate::sync::SyncSummary;
 
 pub const KIND_SCENARIO: &str = "scenario";
 pub const KIND_HTTP: &str = "http";
@@ -36,6 +37,9 @@ pub struct Report {
     pub buy: Option<BuySummary>,
     #[serde(default)]
     pub drain: Option<DrainSummary>,
+    /// The `sync` scenario's answers and database figures.
+    #[serde(default)]
+    pub sync: Option<SyncSummary>,
     #[serde(default)]
     pub invariants: Vec<Check>,
     #[serde(default)]
@@ -64,6 +68,15 @@ pub struct BuySummary {
     /// Clicks that did not end in 202, by the outcome of their last call.
     pub refused: BTreeMap<String, u64>,
     pub polls: u64,
+    /// `503 BUSY` answers to the clicks' calls (path tokens and orders), retried or not.
+    #[serde(default)]
+    pub busy_answers: u64,
+    /// Clicks still answered BUSY after all their retries (shed: nothing was reserved).
+    #[serde(default)]
+    pub ended_busy: u64,
+    /// Retries a click had for BUSY answers (0: none; reports before retries: 0).
+    #[serde(default)]
+    pub busy_retries: u32,
     /// The clicks per gateway the load went to, in the order they were given.
     #[serde(default)]
     pub by_gateway: Vec<GatewayClicks>,
@@ -166,6 +179,9 @@ impl Report {
         if self.kind == KIND_SCENARIO && self.name.starts_with("drain") {
             return self.drain.as_ref().and_then(|d| d.orders_per_sec).unwrap_or(0.0);
         }
+        if let Some(s) = &self.sync {
+            return s.accepted_per_sec;
+        }
         self.load_per_sec()
     }
 
@@ -189,6 +205,7 @@ impl Report {
             calls: stats::call_stats(events),
             buy: None,
             drain: None,
+            sync: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -241,6 +258,16 @@ impl Report {
                 b.stock,
                 b.stock_available.map_or("unknown".into(), |s| s.to_string())
             );
+            if b.busy_answers > 0 {
+                let _ = writeln!(
+                    out,
+                    "503 BUSY: {} answers to buy calls, {} of them retried after Retry-After; {} clicks still BUSY after {} retries",
+                    b.busy_answers,
+                    b.busy_answers - b.ended_busy,
+                    b.ended_busy,
+                    b.busy_retries
+                );
+            }
             if b.by_gateway.len() > 1 {
                 let split: Vec<String> = b
                     .by_gateway
@@ -281,6 +308,24 @@ impl Report {
                 s(d.first_accept_to_last_final_s),
                 s(d.all_answered_within_s),
                 d.backlog_at_load_end
+            );
+        }
+        if let Some(s) = &self.sync {
+            let _ = writeln!(
+                out,
+                "sync: {} buys on {} connections, pool {}: {} accepted (200, {:.0}/s), {} sold out (410), {} repeated (409), {} other; database: {} orders of {} users, available {} of {}",
+                s.buys,
+                s.connections,
+                s.pool_size,
+                s.accepted,
+                s.accepted_per_sec,
+                s.sold_out,
+                s.repeated,
+                s.other,
+                s.orders,
+                s.distinct_users,
+                s.available,
+                s.total
             );
         }
         if !self.memory.is_empty() {

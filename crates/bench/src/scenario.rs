@@ -5,9 +5,9 @@
 //! `hot-user` is one user hammering the buy button: the path token is fetched once, before
 //! the clock, and every click is an order presenting it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -17,9 +17,10 @@ use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, TokenResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::busy::{self, BusyRetry};
 use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
 use crate::invariants::{self, Buyer, FinalState};
 use crate::machine::{CpuReport, Involved, Watch};
@@ -92,6 +93,8 @@ pub struct ScenarioConfig {
     /// With `path_token`: fetch each user's token once, before the clock, and present it on
     /// every click (`hot-user`), instead of asking for one at the start of each click.
     pub path_token_once: bool,
+    /// How a click retries a call answered `503 BUSY` (after its `Retry-After`).
+    pub busy: BusyRetry,
     /// The first user id; users are `first_user..first_user + users`.
     pub first_user: i64,
     pub poll_interval: Duration,
@@ -137,6 +140,7 @@ impl ScenarioConfig {
             rate: None,
             path_token: true,
             path_token_once: scenario == Scenario::HotUser,
+            busy: BusyRetry::default(),
             first_user: 10_000,
             poll_interval: Duration::from_millis(50),
             poll_connections: 0,
@@ -238,12 +242,108 @@ enum PathTokens {
 #[derive(Debug, Clone, Copy)]
 struct Click {
     user: usize,
-    /// Which of the click gateways answered it.
+    /// Which of the click gateways answered it (its last call).
     gateway: usize,
     /// The status of the last call the click made (the path token's when it was refused).
     last: Call,
     status: u16,
     answered_us: u32,
+    /// `503 BUSY` answers the click got, the retried ones and the last.
+    busy_answers: u32,
+    /// The click ended on a `503 BUSY`: still shed after all its retries.
+    ended_busy: bool,
+}
+
+/// A click not ended yet: the call it makes next, and its BUSY answers so far.
+#[derive(Clone)]
+struct OpenClick {
+    user: usize,
+    next: Next,
+    /// When its next call is due: the schedule (open loop) or the end of a `Retry-After`; the
+    /// call's latency is counted from here. `None`: now (closed loop).
+    due: Option<Instant>,
+    /// BUSY answers so far, each of them retried.
+    busy_answers: u32,
+}
+
+/// A click's next call.
+#[derive(Clone)]
+enum Next {
+    /// Ask for a path token, then order with it.
+    PathToken,
+    /// Order, presenting this path token if any.
+    Order(Option<HeaderValue>),
+}
+
+impl OpenClick {
+    fn new(user: usize, due: Option<Instant>, path_tokens: &PathTokens) -> Self {
+        let next = match path_tokens {
+            PathTokens::Off => Next::Order(None),
+            PathTokens::PerClick => Next::PathToken,
+            PathTokens::Fetched(fetched) => Next::Order(Some(fetched[user].clone())),
+        };
+        Self { user, next, due, busy_answers: 0 }
+    }
+}
+
+/// Where a click stands after [`Clicker::advance`].
+enum Stepped {
+    Ended(Click),
+    /// Answered BUSY: to be tried again once `due`.
+    Retry(OpenClick),
+}
+
+/// Clicks waiting out a BUSY answer's `Retry-After`, shared by the load's connections. The
+/// connection that got the BUSY goes on with the next click; a timer hands the click back when
+/// its wait is over, and the first free connection sends the retry. So in open loop a retry
+/// never holds up the schedule, and N connections stay N sockets.
+#[derive(Default)]
+struct Retries {
+    ready: Mutex<VecDeque<OpenClick>>,
+    /// Clicks taken from the source and not ended: being sent, waiting, or ready.
+    open: AtomicU64,
+    /// A retry is ready, or the last open click ended.
+    wake: Notify,
+}
+
+impl Retries {
+    fn opened(&self) {
+        self.open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn closed(&self) {
+        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// No click is open: with the source dry, the load is over.
+    fn idle(&self) -> bool {
+        self.open.load(Ordering::SeqCst) == 0
+    }
+
+    /// Hands `click` back once its wait is over.
+    fn wait_out(self: &Arc<Self>, click: OpenClick) {
+        let retries = self.clone();
+        tokio::spawn(async move {
+            if let Some(due) = click.due {
+                tokio::time::sleep_until(due.into()).await;
+            }
+            retries.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(click);
+            retries.wake.notify_one();
+        });
+    }
+
+    /// A retry whose wait is over, oldest first.
+    fn take(&self) -> Option<OpenClick> {
+        let mut ready = self.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let click = ready.pop_front();
+        if click.is_some() && !ready.is_empty() {
+            // More are ready: pass the word on to another idle connection.
+            self.wake.notify_one();
+        }
+        click
+    }
 }
 
 impl Click {
@@ -430,6 +530,8 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
         accepted: accepted_tx,
         clock,
         path_tokens: clicking.path_tokens,
+        busy: cfg.busy,
+        retries: Arc::new(Retries::default()),
         done: progress.counter.clone(),
     };
     let load = click_on_every_connection(clicking.conns, clicking.gateways, clicker).await?;
@@ -553,6 +655,7 @@ async fn report_run(cfg: &ScenarioConfig, mut sale: Sale, timed: Timed) -> anyho
         calls: stats::call_stats(&all_events),
         buy: Some(buy),
         drain: Some(drain),
+        sync: None,
         invariants: checks,
         memory: timed.memory,
         cpu: Some(timed.cpu),
@@ -573,7 +676,9 @@ fn fold_outcomes(buyers: &mut [Buyer], clicks: &[Click], polled: &PollOut) {
         if c.accepted() {
             b.accepted += 1;
         } else {
-            if is_undecided(c.status) {
+            if c.ended_busy {
+                b.busy_clicks += 1;
+            } else if is_undecided(c.status) {
                 b.undecided_clicks += 1;
             }
             b.answered_us = Some(b.answered_us.unwrap_or(0).max(c.answered_us));
@@ -613,6 +718,9 @@ fn buy_summary(
         still_queued: count_result(FinalState::Queued),
         refused,
         polls: timed.polled.events.len() as u64,
+        busy_answers: timed.clicks.iter().map(|c| u64::from(c.busy_answers)).sum(),
+        ended_busy: timed.clicks.iter().filter(|c| c.ended_busy).count() as u64,
+        busy_retries: cfg.busy.retries,
         by_gateway: by_gateway(&cfg.click_gateways(), &timed.clicks),
         limit: cfg.buy_limit.map(|l| limit_check(l, &timed.events, cfg.users)),
     }
@@ -730,6 +838,8 @@ fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -> serde_jso
         "rate": cfg.rate,
         "path_token": cfg.path_token,
         "path_token_once": cfg.path_token && cfg.path_token_once,
+        "busy_retries": cfg.busy.retries,
+        "busy_max_wait_s": cfg.busy.max_wait.as_secs_f64(),
         "first_user": cfg.first_user,
         "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
         "poll_connections": cfg.poll_connections,
@@ -782,54 +892,102 @@ struct Clicker {
     accepted: mpsc::UnboundedSender<(usize, u32)>,
     clock: Clock,
     path_tokens: PathTokens,
-    /// Clicks made, for the progress bar.
+    busy: BusyRetry,
+    retries: Arc<Retries>,
+    /// Clicks ended, for the progress bar.
     done: Arc<AtomicU64>,
 }
 
-/// One load connection: clicks as the source hands them out until it runs dry.
+/// One load connection: a retry whose wait is over first, else the source's next click (open
+/// loop: at its time, unless a retry gets ready meanwhile), until the source is dry and no
+/// click is left open.
 async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerOut {
     let mut out = WorkerOut::default();
     let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
-    while let Some((user, scheduled)) = clicker.source.next() {
-        if let Some(at) = scheduled {
-            tokio::time::sleep_until(at.into()).await;
+    let retries = clicker.retries.clone();
+    let mut fresh: Option<OpenClick> = None;
+    let mut dry = false;
+    loop {
+        // Listening before looking: a retry made ready or the last click ended in between is
+        // not missed.
+        let wake = retries.wake.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        let click = if let Some(retry) = retries.take() {
+            retry
+        } else {
+            if fresh.is_none() && !dry {
+                fresh = clicker.fresh();
+                dry = fresh.is_none();
+            }
+            match fresh.take() {
+                Some(click) => {
+                    if let Some(at) = click.due.filter(|at| *at > Instant::now()) {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at.into()) => {}
+                            () = &mut wake => {
+                                fresh = Some(click);
+                                continue;
+                            }
+                        }
+                    }
+                    click
+                }
+                None if retries.idle() => break,
+                None => {
+                    wake.await;
+                    continue;
+                }
+            }
+        };
+        match clicker.advance(&mut conn, gateway, &token_header, click, &mut out.events).await {
+            Stepped::Ended(click) => {
+                out.clicks.push(click);
+                clicker.done.fetch_add(1, Ordering::Relaxed);
+                retries.closed();
+            }
+            Stepped::Retry(click) => retries.wait_out(click),
         }
-        let click = clicker.click(&mut conn, gateway, &token_header, user, scheduled, &mut out.events).await;
-        out.clicks.push(click);
-        clicker.done.fetch_add(1, Ordering::Relaxed);
     }
     out.reconnects = conn.reconnects;
     out
 }
 
 impl Clicker {
-    /// One click of `user`: the path token when one is asked for per click, then the order.
-    async fn click(
+    /// The source's next click, counted open; `None` when the source is dry.
+    fn fresh(&self) -> Option<OpenClick> {
+        // Opened before it is taken: no connection sees the source dry and nothing open while
+        // another holds a click it has not counted yet.
+        self.retries.opened();
+        match self.source.next() {
+            Some((user, scheduled)) => Some(OpenClick::new(user, scheduled, &self.path_tokens)),
+            None => {
+                self.retries.closed();
+                None
+            }
+        }
+    }
+
+    /// A click's calls from the next one on: the path token when one is asked for per click,
+    /// then the order; until the click ends or is answered BUSY with a retry left.
+    async fn advance(
         &self,
         conn: &mut Conn,
         gateway: usize,
         token_header: &HeaderName,
-        user: usize,
-        scheduled: Option<Instant>,
+        mut click: OpenClick,
         events: &mut Vec<Event>,
-    ) -> Click {
-        let bearer = &self.tokens[user];
-        let mut start = scheduled.unwrap_or_else(Instant::now);
-        let presented = match &self.path_tokens {
-            PathTokens::Off => None,
-            PathTokens::Fetched(fetched) => Some(fetched[user].clone()),
-            PathTokens::PerClick => {
+    ) -> Stepped {
+        let bearer = &self.tokens[click.user];
+        let mut start = click.due.unwrap_or_else(Instant::now);
+        let presented = match click.next.clone() {
+            Next::Order(presented) => presented,
+            Next::PathToken => {
                 let a = conn.send(Req::post(&self.paths.token).bearer(bearer)).await;
                 let end = Instant::now();
                 events.push(self.clock.event(Call::PathToken, a.status, start, end));
                 if a.status != 200 {
-                    return Click {
-                        user,
-                        gateway,
-                        last: Call::PathToken,
-                        status: a.status,
-                        answered_us: self.clock.us(end),
-                    };
+                    return self.refused(click, gateway, Call::PathToken, &a, end);
                 }
                 start = end;
                 serde_json::from_slice::<TokenResponse>(&a.body)
@@ -838,17 +996,48 @@ impl Clicker {
             }
         };
         let mut req = Req::post(&self.paths.orders).bearer(bearer);
-        if let Some(t) = presented {
+        if let Some(t) = presented.clone() {
             req = req.header(token_header.clone(), t);
         }
         let a = conn.send(req).await;
         let end = Instant::now();
         events.push(self.clock.event(Call::Order, a.status, start, end));
-        let answered_us = self.clock.us(end);
         if a.status == 202 {
-            let _ = self.accepted.send((user, answered_us));
+            let answered_us = self.clock.us(end);
+            let _ = self.accepted.send((click.user, answered_us));
+            return Stepped::Ended(Click {
+                user: click.user,
+                gateway,
+                last: Call::Order,
+                status: a.status,
+                answered_us,
+                busy_answers: click.busy_answers,
+                ended_busy: false,
+            });
         }
-        Click { user, gateway, last: Call::Order, status: a.status, answered_us }
+        // A BUSY order was shed before the path token was looked at: the retry presents it again.
+        click.next = Next::Order(presented);
+        self.refused(click, gateway, Call::Order, &a, end)
+    }
+
+    /// `call` was not what the click wanted: retried after the wait when it was BUSY and a
+    /// retry is left, else the click's end.
+    fn refused(&self, mut click: OpenClick, gateway: usize, call: Call, a: &Answer, end: Instant) -> Stepped {
+        if let Some(wait) = self.busy.decide(a, click.busy_answers) {
+            click.busy_answers += 1;
+            click.due = Some(end + wait);
+            return Stepped::Retry(click);
+        }
+        let ended_busy = busy::is_busy(a);
+        Stepped::Ended(Click {
+            user: click.user,
+            gateway,
+            last: call,
+            status: a.status,
+            answered_us: self.clock.us(end),
+            busy_answers: click.busy_answers + u32::from(ended_busy),
+            ended_busy,
+        })
     }
 }
 
@@ -1339,7 +1528,15 @@ mod tests {
 
     #[test]
     fn clicks_are_counted_per_gateway() {
-        let click = |gateway, status| Click { user: 0, gateway, last: Call::Order, status, answered_us: 0 };
+        let click = |gateway, status| Click {
+            user: 0,
+            gateway,
+            last: Call::Order,
+            status,
+            answered_us: 0,
+            busy_answers: 0,
+            ended_busy: false,
+        };
         let clicks = [click(0, 202), click(1, 429), click(1, 409), click(0, 429), click(0, 429)];
         let g = by_gateway(&["http://a:1".into(), "http://b:2".into()], &clicks);
         assert_eq!(
@@ -1364,5 +1561,128 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 0]);
         assert_eq!(got[2].1, Some(t0 + Duration::from_millis(200)));
+    }
+
+    /// A stand-in for the gateway's order route: each user's first `busy_first` orders are
+    /// answered `503 BUSY` with `Retry-After: retry_after_s`, the next 202.
+    async fn shedding_gateway(busy_first: u32, retry_after_s: u64) -> Arc<Endpoint> {
+        use http_body_util::Full;
+        use hyper::Response;
+        use hyper::header::{AUTHORIZATION, RETRY_AFTER};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                            let user = req.headers().get(AUTHORIZATION).unwrap().to_str().unwrap().to_owned();
+                            let mut seen = seen.lock().unwrap();
+                            let n = seen.entry(user).or_default();
+                            *n += 1;
+                            let res = if *n <= busy_first {
+                                Response::builder().status(503).header(RETRY_AFTER, retry_after_s).body(
+                                    Full::new(bytes::Bytes::from_static(br#"{"code":"BUSY","message":"m"}"#)),
+                                )
+                            } else {
+                                Response::builder()
+                                    .status(202)
+                                    .body(Full::new(bytes::Bytes::from_static(b"{}")))
+                            };
+                            async move { res }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Endpoint::parse(&format!("http://{addr}")).unwrap()
+    }
+
+    /// `users` clicks (one each, at `rate` a second if given) on `connections` connections
+    /// to `endpoint`, retrying BUSY `retries` times: the clicks and the calls' events.
+    async fn click_through(
+        endpoint: &Arc<Endpoint>,
+        users: u64,
+        connections: usize,
+        rate: Option<f64>,
+        retries: u32,
+    ) -> (Vec<Click>, Vec<Event>, Clock) {
+        let conns = Conn::open_many(endpoint, connections, Duration::from_secs(5)).await.unwrap();
+        let clock = Clock::start();
+        let (accepted, _accepted_rx) = mpsc::unbounded_channel();
+        let clicker = Clicker {
+            source: Arc::new(ClickSource {
+                next: AtomicU64::new(0),
+                limit: Some(users),
+                deadline: None,
+                users,
+                rate,
+                t0: clock.t0(),
+            }),
+            tokens: Arc::new((0..users).map(|u| bearer_header(&format!("user-{u}")).unwrap()).collect()),
+            paths: Arc::new(Paths::new(1)),
+            accepted,
+            clock,
+            path_tokens: PathTokens::Off,
+            busy: BusyRetry::new(retries),
+            retries: Arc::new(Retries::default()),
+            done: Arc::default(),
+        };
+        let out = click_on_every_connection(conns, 1, clicker).await.unwrap();
+        (out.clicks, out.events, clock)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_click_is_retried_until_it_gets_through() {
+        let gateway = shedding_gateway(2, 0).await;
+        let (clicks, events, _) = click_through(&gateway, 30, 4, None, 3).await;
+        assert_eq!(clicks.len(), 30, "one outcome per click");
+        assert!(clicks.iter().all(|c| c.accepted() && c.busy_answers == 2 && !c.ended_busy));
+        // Every answer is an event of its own: two fast 503s and the 202, per click.
+        assert_eq!(events.len(), 90);
+        assert_eq!(events.iter().filter(|e| e.status == 503).count(), 60);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_click_still_busy_after_its_retries_ends_busy() {
+        let gateway = shedding_gateway(5, 0).await;
+        let (clicks, events, _) = click_through(&gateway, 10, 2, None, 2).await;
+        assert_eq!(clicks.len(), 10);
+        assert!(clicks.iter().all(|c| c.ended_busy && c.status == 503 && c.busy_answers == 3), "{clicks:?}");
+        assert_eq!(events.len(), 30, "the first try and two retries");
+        let mut buyers: Vec<Buyer> = (0..10).map(|u| Buyer { user_id: u, ..Buyer::default() }).collect();
+        fold_outcomes(&mut buyers, &clicks, &PollOut::default());
+        assert!(buyers.iter().all(|b| b.busy_clicks == 1 && b.undecided_clicks == 0 && b.accepted == 0));
+
+        // Retrying off: the first BUSY ends the click.
+        let gateway = shedding_gateway(1, 0).await;
+        let (clicks, events, _) = click_through(&gateway, 10, 2, None, 0).await;
+        assert!(clicks.iter().all(|c| c.ended_busy && c.busy_answers == 1));
+        assert_eq!(events.len(), 10);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_loop_a_retry_does_not_hold_up_the_schedule() {
+        // 40 clicks at 400/s on one connection, each shed once with `Retry-After: 1`: the first
+        // tries all go out on schedule (within 0.1 s), the retries a second later.
+        let gateway = shedding_gateway(1, 1).await;
+        let (clicks, events, clock) = click_through(&gateway, 40, 1, Some(400.0), 3).await;
+        assert!(clicks.iter().all(|c| c.accepted() && c.busy_answers == 1), "{clicks:?}");
+        let busy_ends: Vec<u32> = events.iter().filter(|e| e.status == 503).map(|e| e.end_us).collect();
+        let retries: Vec<&Event> = events.iter().filter(|e| e.status == 202).collect();
+        assert_eq!((busy_ends.len(), retries.len()), (40, 40));
+        assert!(busy_ends.iter().all(|us| *us < 500_000), "first tries held up: {busy_ends:?}");
+        // Each retry waited its Retry-After plus at most a quarter of jitter, counted from then.
+        for r in retries {
+            assert!((1_000_000..2_000_000).contains(&r.start_us()), "{r:?}");
+            assert!(r.latency_us < 500_000, "{r:?}");
+        }
+        assert!(clock.now_us() < 3_000_000);
     }
 }

@@ -515,7 +515,7 @@ mod tests {
     use bytes::Bytes;
 
     fn answer(status: u16, body: &str) -> Answer {
-        Answer { status, body: Bytes::from(body.to_owned()) }
+        Answer::new(status, Bytes::from(body.to_owned()))
     }
 
     #[test]

@@ -243,7 +243,7 @@ impl Fleet {
     pub async fn get(&self, unit: Unit, path: &str) -> Answer {
         match Endpoint::parse(&self.url(unit)) {
             Ok(endpoint) => Conn::new(endpoint, Duration::from_secs(2)).send(Req::get(path)).await,
-            Err(_) => Answer { status: crate::client::STATUS_ERROR, body: Default::default() },
+            Err(_) => Answer::new(crate::client::STATUS_ERROR, Default::default()),
         }
     }
 

@@ -593,12 +593,7 @@ mod tests {
         let (mut logs, outside) = clean();
         logs[0].accepted[0].state = FinalState::Queued;
         logs[0].accepted[0].final_s = None;
-        logs[4].tally.bad(
-            2.0,
-            5,
-            "POST .../orders",
-            &crate::client::Answer { status: 500, body: Default::default() },
-        );
+        logs[4].tally.bad(2.0, 5, "POST .../orders", &crate::client::Answer::new(500, Default::default()));
         let (f, checks) = judge(3, &logs, &outside, Some(0.5), Some(1.0));
         let failed = failing(&checks);
         assert!(

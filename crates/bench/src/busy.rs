@@ -1,0 +1,134 @@
+//! `503 BUSY` handled like a client: the services shed load past a bound of requests in flight
+//! and say when to come back (`Retry-After`, seconds); a browser or an app waits that long,
+//! plus a little jitter so the clicks shed together do not come back together, and tries
+//! again a few times before it shows the buyer an error.
+
+use std::time::Duration;
+
+use hyper::header::HeaderValue;
+use seckill_common::{ErrorBody, ErrorCode};
+
+use crate::client::Answer;
+
+/// Retries of a shed call per click, unless told otherwise.
+pub const DEFAULT_RETRIES: u32 = 3;
+/// The wait when a BUSY answer says nothing readable (the services always say 1 s).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(1);
+/// The longest wait honoured: a click is not held for minutes by a misconfigured header.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// Jitter of at least this much, even on a `Retry-After: 0`.
+const MIN_JITTER: Duration = Duration::from_millis(100);
+
+/// `Retry-After` as delay-seconds (RFC 9110 §10.2.3). The HTTP-date form is not used by the
+/// services; it reads as nothing, and the caller falls back to [`DEFAULT_WAIT`].
+pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Digits only: an overflow is the one way left to fail, and means "very long".
+    Some(text.parse::<u64>().map_or(Duration::MAX, Duration::from_secs))
+}
+
+/// The answer is the shed answer: `503` with the `BUSY` code. Other 503s (a sale being
+/// restored, an upstream down) are not about load, and are left as they are.
+pub fn is_busy(answer: &Answer) -> bool {
+    answer.status == 503
+        && serde_json::from_slice::<ErrorBody>(&answer.body).is_ok_and(|b| b.code == ErrorCode::Busy.as_str())
+}
+
+/// How a click retries BUSY answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyRetry {
+    /// Retries per click (0: a BUSY answer ends the click).
+    pub retries: u32,
+    /// The longest wait honoured.
+    pub max_wait: Duration,
+}
+
+impl Default for BusyRetry {
+    fn default() -> Self {
+        Self { retries: DEFAULT_RETRIES, max_wait: MAX_WAIT }
+    }
+}
+
+impl BusyRetry {
+    pub fn new(retries: u32) -> Self {
+        Self { retries, ..Self::default() }
+    }
+
+    /// After `answer`, on a click that already retried `retried` times: how long to wait
+    /// before trying the same call again, or `None` when the answer is the click's last.
+    pub fn decide(&self, answer: &Answer, retried: u32) -> Option<Duration> {
+        (retried < self.retries && is_busy(answer)).then(|| self.wait(answer.retry_after, fastrand::f64()))
+    }
+
+    /// The server's wait (capped), plus `unit` (in 0..1) of a jitter of a quarter of it, at
+    /// least [`MIN_JITTER`].
+    fn wait(&self, retry_after: Option<Duration>, unit: f64) -> Duration {
+        let base = retry_after.unwrap_or(DEFAULT_WAIT).min(self.max_wait);
+        base + (base / 4).max(MIN_JITTER).mul_f64(unit.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn answer(status: u16, code: &str, retry_after: Option<u64>) -> Answer {
+        let body = format!(r#"{{"code":"{code}","message":"m"}}"#);
+        Answer { status, body: Bytes::from(body), retry_after: retry_after.map(Duration::from_secs) }
+    }
+
+    #[test]
+    fn retry_after_is_read_as_seconds() {
+        let parse = |s: &str| parse_retry_after(&HeaderValue::from_str(s).unwrap());
+        assert_eq!(parse("1"), Some(Duration::from_secs(1)));
+        assert_eq!(parse(" 0 "), Some(Duration::ZERO));
+        assert_eq!(parse("120"), Some(Duration::from_secs(120)));
+        assert_eq!(parse("99999999999999999999999"), Some(Duration::MAX));
+        for unreadable in ["", "-1", "1.5", "soon", "Wed, 21 Oct 2015 07:28:00 GMT"] {
+            assert_eq!(parse(unreadable), None, "{unreadable:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_503_busy_is_retried() {
+        let policy = BusyRetry::new(3);
+        assert!(policy.decide(&answer(503, "BUSY", Some(1)), 0).is_some());
+        assert!(policy.decide(&answer(503, "UNAVAILABLE", Some(1)), 0).is_none());
+        assert!(policy.decide(&answer(429, "BUSY", Some(1)), 0).is_none());
+        assert!(policy.decide(&answer(410, "SOLD_OUT", None), 0).is_none());
+        let no_json = Answer { status: 503, body: Bytes::from_static(b"busy"), retry_after: None };
+        assert!(!is_busy(&no_json));
+    }
+
+    #[test]
+    fn a_click_retries_a_bounded_number_of_times() {
+        let busy = answer(503, "BUSY", Some(1));
+        let policy = BusyRetry::new(3);
+        let tries: Vec<bool> = (0..5).map(|retried| policy.decide(&busy, retried).is_some()).collect();
+        assert_eq!(tries, [true, true, true, false, false]);
+        assert!(BusyRetry::new(0).decide(&busy, 0).is_none(), "0 turns retrying off");
+    }
+
+    #[test]
+    fn the_wait_is_the_servers_capped_plus_jitter() {
+        let policy = BusyRetry::default();
+        let s = Duration::from_secs;
+        assert_eq!(policy.wait(Some(s(1)), 0.0), s(1));
+        assert_eq!(policy.wait(Some(s(1)), 1.0), Duration::from_millis(1_250));
+        assert_eq!(policy.wait(Some(s(600)), 0.0), MAX_WAIT, "capped");
+        assert_eq!(policy.wait(Some(Duration::MAX), 1.0), MAX_WAIT + MAX_WAIT / 4);
+        assert_eq!(policy.wait(None, 0.0), DEFAULT_WAIT);
+        assert_eq!(policy.wait(Some(Duration::ZERO), 1.0), MIN_JITTER);
+        // Drawn at random: within the bounds, and not all alike.
+        let busy = answer(503, "BUSY", Some(1));
+        let waits: Vec<Duration> = (0..50).filter_map(|_| policy.decide(&busy, 0)).collect();
+        assert_eq!(waits.len(), 50);
+        assert!(waits.iter().all(|w| (s(1)..=Duration::from_millis(1_250)).contains(w)), "{waits:?}");
+        assert!(waits.iter().any(|w| *w != waits[0]), "no jitter: {waits:?}");
+    }
+}
