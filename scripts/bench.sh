@@ -37,7 +37,8 @@
 #      gateway (sold-out-forwarded); then RabbitMQ persistent publishing with confirms, redis-benchmark
 #      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
 #      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
-#      500 connections) and accept-sustained (open loop at 0.8 x drain's accepted rate);
+#      500 connections), accept-sustained (open loop at 0.8 x drain's accepted rate) and
+#      overload (open loop at 2 x drain's accepted rate: past capacity, shed with 503 BUSY);
 #      drain-backlog is drain with the order-service stopped (SIGSTOP) during the load and
 #      resumed at its end, so the consumer's own throughput shows on the backlog.
 #   4. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the extra gateways are
@@ -546,6 +547,19 @@ if ((RATE > 0)); then
     measure accept-sustained drain --name accept-sustained --gateway "$GW" --no-path-token --users "$RATE_USERS" \
         --stock $((RATE_USERS * 2)) -c 500 --rate "$RATE" --first-user 3000000 \
         --json "$OUT/accept-sustained.json" --chart "$OUT/accept-sustained.svg"
+fi
+# Past what it sustains: 2 x drain's accepted rate, open loop, for as long as accept-sustained
+# lasted (clicks / rate: 2.5 x its users at 2.5 x its rate). What is past capacity should be
+# shed with 503 BUSY; the load tool retries such a click after its Retry-After (--busy-retries,
+# 3 by default).
+RATE=$(awk -v r="$DRAIN_RATE" 'BEGIN { printf "%.0f", r * 2 }')
+OVERLOAD_USERS=$((RATE_USERS * 5 / 2))
+if ((RATE > 0)); then
+    measure overload drain --name overload --gateway "$GW" --no-path-token --users "$OVERLOAD_USERS" \
+        --stock $((OVERLOAD_USERS * 2)) -c 500 --rate "$RATE" --first-user 7000000 \
+        --json "$OUT/overload.json" --chart "$OUT/overload.svg"
+else
+    NOTES+=("overload skipped: no drain figure to set its rate from.")
 fi
 
 # ---------------------------------------------------------------------------------------------

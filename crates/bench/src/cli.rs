@@ -639,6 +639,14 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             markdown::write(&a.dir, &a.out)?;
             let c = markdown::Collected::read(&a.dir)?;
             for t in markdown::targets(&c) {
+                // Rows for context have no goal.
+                let figures: Vec<String> = [
+                    t.ratio.map(|r| format!("ratio {r:.2}")),
+                    (!t.goal.is_empty()).then(|| format!("goal {}", t.goal)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
                 println!(
                     "{:<5} {} : {}{}",
                     match t.met {
@@ -648,7 +656,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     },
                     t.what,
                     t.measured,
-                    t.ratio.map_or(String::new(), |r| format!(" (ratio {r:.2}, goal {})", t.goal))
+                    if figures.is_empty() { String::new() } else { format!(" ({})", figures.join(", ")) }
                 );
             }
             println!("wrote {}", a.out.display());
