@@ -1,13 +1,17 @@
-//! The upstream services and the hop to them: one pooled HTTP client, round-robin over each
-//! service's replicas, the next replica when one refuses the connection, and upstream failures
+//! The upstream services and the hop to them: a pooled HTTP client per worker thread,
+//! round-robin over each service's replicas, the next replica when one refuses the connection, and upstream failures
 //! turned into `UPSTREAM_UNAVAILABLE` (503) or `UPSTREAM_TIMEOUT` (504).
 //!
 //! This hop bounds the throughput of the whole system, so per request it does one pass over
 //! the headers, no copy of a body it does not have to copy, and clones the request parts only
-//! when another replica is left to try.
+//! when another replica is left to try. Each worker thread has a client of its own: a pooled
+//! connection's task runs on the thread that opened it, so with one client shared by every
+//! worker, most requests would hand their bytes to another thread and wait to be woken from
+//! there; with one per worker, the request and its connection stay on one thread.
 
+use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -79,10 +83,23 @@ impl Upstream {
     }
 }
 
+/// Tells apart the proxies of one process (tests run several gateways), whose per-thread
+/// clients must not mix.
+static NEXT_PROXY: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's client of each proxy it has forwarded for.
+    static CLIENTS: RefCell<Vec<(u64, reqwest::Client)>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Forwards requests to the upstream services.
 #[derive(Debug)]
 pub struct Proxy {
-    client: reqwest::Client,
+    id: u64,
+    settings: UpstreamSettings,
+    /// For a thread whose own client cannot be built (never expected: the same settings built
+    /// this one), and for the readiness probes.
+    shared: reqwest::Client,
     /// Signs the identity (or its absence) of every forwarded request.
     trust: Arc<Trust>,
     upstreams: [Upstream; 3],
@@ -91,22 +108,10 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(settings: &UpstreamSettings, trust: Arc<Trust>) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
-            .timeout(Duration::from_millis(settings.timeout_ms))
-            // Upstreams are addressed directly: an HTTP(S)_PROXY in the environment must not
-            // put another hop in between.
-            .no_proxy()
-            // Keep enough warm connections for a spike; opening one per request is what would
-            // cost most.
-            .pool_max_idle_per_host(1024)
-            // Dropped before the upstream closes it (see `CLIENT_POOL_IDLE`).
-            .pool_idle_timeout(CLIENT_POOL_IDLE)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
         Ok(Self {
-            client,
+            id: NEXT_PROXY.fetch_add(1, Ordering::Relaxed),
+            settings: settings.clone(),
+            shared: build_client(settings)?,
             trust,
             upstreams: [
                 Upstream::new(Service::Seckill, &settings.seckill)?,
@@ -114,6 +119,21 @@ impl Proxy {
                 Upstream::new(Service::Stock, &settings.stock)?,
             ],
             timeout: Duration::from_millis(settings.timeout_ms),
+        })
+    }
+
+    /// The calling thread's client (built on its first request).
+    fn client(&self) -> reqwest::Client {
+        CLIENTS.with_borrow_mut(|clients| {
+            if let Some((_, client)) = clients.iter().find(|(id, _)| *id == self.id) {
+                return client.clone();
+            }
+            let client = build_client(&self.settings).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no upstream client of this thread's own: using the shared one");
+                self.shared.clone()
+            });
+            clients.push((self.id, client.clone()));
+            client
         })
     }
 
@@ -167,13 +187,13 @@ impl Proxy {
     ) -> Result<reqwest::Response, ApiError> {
         let name = upstream.service.name();
         let tries = upstream.replicas.len();
+        let client = self.client();
         let mut headers = Some(headers);
         let mut refused = Vec::new();
         for (i, base) in upstream.rotation().enumerate() {
             let last = i + 1 == tries;
             let headers = if last { headers.take() } else { headers.clone() }.unwrap_or_default();
-            let mut request = self
-                .client
+            let mut request = client
                 .request(method.clone(), format!("{base}{path}"))
                 .body(body.clone())
                 .build()
@@ -181,7 +201,7 @@ impl Proxy {
             // The map is ready: put it in whole rather than re-inserting it entry by entry.
             *request.headers_mut() = headers;
             self.sign(upstream.service, &mut request, user);
-            match self.client.execute(request).await {
+            match client.execute(request).await {
                 Ok(response) => return Ok(response),
                 // Refused (or not opened in time): the request never left, so another replica
                 // may take it without risk of doing it twice. Logged at debug level: with a
@@ -237,7 +257,7 @@ impl Proxy {
 
     async fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
         let response = self
-            .client
+            .shared
             .get(format!("{base}/healthz"))
             .timeout(timeout)
             .send()
@@ -269,6 +289,24 @@ fn forwardable_target(target: &str) -> Result<&str, ApiError> {
 fn is_dot_segment(segment: &str) -> bool {
     const DOTS: [&str; 6] = [".", "..", "%2e", ".%2e", "%2e.", "%2e%2e"];
     segment.len() <= 6 && DOTS.iter().any(|dots| segment.eq_ignore_ascii_case(dots))
+}
+
+/// The client of the hop (one per worker thread, see the module's doc).
+fn build_client(settings: &UpstreamSettings) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
+        .timeout(Duration::from_millis(settings.timeout_ms))
+        // Upstreams are addressed directly: an HTTP(S)_PROXY in the environment must not
+        // put another hop in between.
+        .no_proxy()
+        // Keep enough warm connections for a spike; opening one per request is what would
+        // cost most.
+        .pool_max_idle_per_host(1024)
+        // Dropped before the upstream closes it (see `CLIENT_POOL_IDLE`).
+        .pool_idle_timeout(CLIENT_POOL_IDLE)
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
 }
 
 /// A failure after the request may have reached the replica: no retry (a buy must not be
