@@ -34,7 +34,8 @@ pub struct OrderSettings {
     pub ttl_secs: u64,
     /// Consumers (each its own channel) working in parallel.
     pub consumers: usize,
-    /// Most messages handled as one batch: one deduct call, one insert, one ack.
+    /// Most messages handed to the handler at once (one ack), and most requests fulfilled
+    /// together (one deduct call, one insert): a message may hold a batch of requests.
     pub batch_size: usize,
     /// Unacked messages the broker hands each consumer: the backpressure.
     pub prefetch: u16,

@@ -14,8 +14,9 @@ use crate::orders::transition;
 use crate::releases::Releaser;
 
 /// Fulfils the buy requests of the deliveries in hand (each message holds one request, or a
-/// batch of them) and settles each message: acked once fulfilled; handed back after a pause
-/// when a dependency is down. When the whole fails otherwise, each request is fulfilled on its
+/// batch of them), at most `batch_size` requests at a time (one deduct call, one insert each),
+/// and settles each message: all acked once fulfilled; all handed back after a pause when a
+/// dependency is down. When a group fails otherwise, each of its requests is fulfilled on its
 /// own, so one bad request never takes the others down with it: a message whose requests all
 /// went through is acked, one that holds a failing request is tried again later (its fulfilled
 /// requests are answered again then, idempotently), and once out of tries its failing requests
@@ -23,6 +24,7 @@ use crate::releases::Releaser;
 pub async fn handle_orders(
     fulfiller: &Fulfiller,
     inbox: Inbox,
+    batch_size: usize,
     outage_pause: Duration,
 ) -> anyhow::Result<()> {
     let mut requests: Vec<OrderRequest> = Vec::with_capacity(inbox.deliveries.len());
@@ -40,42 +42,48 @@ pub async fn handle_orders(
     let Some(&(last, _)) = good.last() else {
         return Ok(());
     };
-    match fulfiller.fulfil(&requests).await {
-        Ok(report) => {
-            inbox.ack_through(last).await?;
-            record(&report);
-            tracing::debug!(?report, batch = requests.len(), messages = good.len(), "batch fulfilled");
+    let mut failing = HashSet::new();
+    for group in requests.chunks(batch_size.max(1)) {
+        match fulfiller.fulfil(group).await {
+            Ok(report) => {
+                record(&report);
+                tracing::debug!(?report, batch = group.len(), "batch fulfilled");
+            }
+            Err(e) if is_outage(&e) => {
+                return requeue_all(&inbox, last, &e, requests.len(), outage_pause).await;
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    batch = group.len(),
+                    "batch failed; each request is fulfilled on its own"
+                );
+                for r in group {
+                    match fulfiller.fulfil(std::slice::from_ref(r)).await {
+                        Ok(report) => record(&report),
+                        Err(e) if is_outage(&e) => {
+                            return requeue_all(&inbox, last, &e, requests.len(), outage_pause).await;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
+                                "request failed on its own; its message is tried again later");
+                            failing.insert(r.request_id);
+                        }
+                    }
+                }
+            }
         }
-        Err(e) if is_outage(&e) => requeue_all(&inbox, last, &e, requests.len(), outage_pause).await?,
-        Err(e) => {
-            tracing::error!(
-                error = format!("{e:#}"),
-                batch = requests.len(),
-                "batch failed; each request is fulfilled on its own"
-            );
-            let mut failing = HashSet::new();
-            for r in &requests {
-                match fulfiller.fulfil(std::slice::from_ref(r)).await {
-                    Ok(report) => record(&report),
-                    Err(e) if is_outage(&e) => {
-                        return requeue_all(&inbox, last, &e, requests.len(), outage_pause).await;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = format!("{e:#}"), request_id = %r.request_id,
-                            "request failed on its own; its message is tried again later");
-                        failing.insert(r.request_id);
-                    }
-                }
-            }
-            for (d, held) in &good {
-                let bad: Vec<&OrderRequest> =
-                    held.iter().filter(|r| failing.contains(&r.request_id)).collect();
-                if bad.is_empty() {
-                    inbox.ack(d).await?;
-                } else if inbox.retry_later(d).await? == Retry::Exhausted {
-                    settle_exhausted(fulfiller, &inbox, d, &bad, outage_pause).await?;
-                }
-            }
+    }
+    if failing.is_empty() {
+        inbox.ack_through(last).await?;
+        return Ok(());
+    }
+    for (d, held) in &good {
+        let bad: Vec<&OrderRequest> = held.iter().filter(|r| failing.contains(&r.request_id)).collect();
+        if bad.is_empty() {
+            inbox.ack(d).await?;
+        } else if inbox.retry_later(d).await? == Retry::Exhausted {
+            settle_exhausted(fulfiller, &inbox, d, &bad, outage_pause).await?;
         }
     }
     Ok(())

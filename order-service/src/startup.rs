@@ -89,10 +89,10 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
                 trust.clone(),
             )?
             .batches(settings.order.prefetch, settings.order.batch_size);
-        let fulfiller = fulfiller.clone();
+        let (fulfiller, batch_size) = (fulfiller.clone(), settings.order.batch_size);
         lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
             let fulfiller = fulfiller.clone();
-            async move { handlers::handle_orders(&fulfiller, inbox, pause).await }
+            async move { handlers::handle_orders(&fulfiller, inbox, batch_size, pause).await }
         }));
     }
     let spec = broker.consumer(

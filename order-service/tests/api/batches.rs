@@ -7,7 +7,7 @@ use std::time::Duration;
 use seckill_common::scripts::StoredResult;
 use seckill_common::trust::Peer;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn a_batch_becomes_one_order_per_request_and_a_second_copy_writes_nothing() {
@@ -103,4 +103,22 @@ async fn a_batch_of_the_wrong_shape_goes_to_the_dead_letters_and_moves_nothing()
     assert_eq!(app.queue_depth(&dead).await, 3, "each refused");
     assert_eq!(app.goods(g).await.stock_available, 10, "nothing deducted");
     assert_eq!(app.result(g, 31).await, Some(StoredResult::Queued), "untouched");
+}
+
+#[tokio::test]
+async fn a_batch_larger_than_the_consumers_batch_size_is_fulfilled_in_groups() {
+    // At most two requests per deduct call: a message of five is served in three groups.
+    let app = spawn_app_with(|s| s.order.batch_size = 2);
+    let g = app.open_sale(10).await.id;
+    let mut requests = Vec::new();
+    for user in 41..=45 {
+        requests.push(app.reserve(g, user).await);
+    }
+    app.publish_batch(Peer::Seckill, &requests).await;
+    for user in 41..=45 {
+        let r = app.final_result(g, user, Duration::from_secs(15)).await;
+        assert!(matches!(r, StoredResult::Success(_)), "user {user}: {r:?}");
+    }
+    assert_eq!(app.goods(g).await.stock_available, 5);
+    assert_eq!(app.queue_depth(&app.amqp_names.orders_dead_queue()).await, 0);
 }
