@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -114,29 +115,39 @@ pub const UPSTREAM_BODY: &str = r#"[{"id":1,"name":"baseline","stock_available":
 
 /// `upstream`: answers `body` (JSON) to any request on `listener`, keep-alive, until
 /// `shutdown` resolves.
-pub async fn serve_upstream(
-    listener: TcpListener,
-    body: Bytes,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    tokio::pin!(shutdown);
+pub async fn serve_upstream(listener: TcpListener, body: Bytes, shutdown: impl Future<Output = ()>) {
     let json = HeaderValue::from_static("application/json");
+    serve_http1(listener, shutdown, move |_req| {
+        let mut res = Response::new(Full::new(body.clone()));
+        res.headers_mut().insert(CONTENT_TYPE, json.clone());
+        async move { Ok(res) }
+    })
+    .await;
+}
+
+/// Serves HTTP/1.1 keep-alive connections on `listener`, each request answered by `answer`,
+/// until `shutdown` resolves (open connections end with their clients). A failed accept (out
+/// of file descriptors, say) is the client's to see: the server goes on.
+pub async fn serve_http1<F, Fut>(listener: TcpListener, shutdown: impl Future<Output = ()>, answer: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
-            () = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => accepted?,
+        let stream = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
         };
         let _ = stream.set_nodelay(true);
-        let (body, json) = (body.clone(), json.clone());
+        let answer = answer.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |_req: Request<hyper::body::Incoming>| {
-                let mut res = Response::new(Full::new(body.clone()));
-                res.headers_mut().insert(CONTENT_TYPE, json.clone());
-                async move { Ok::<_, Infallible>(res) }
-            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(stream), service_fn(answer))
                 .await;
         });
     }

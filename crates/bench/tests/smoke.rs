@@ -153,5 +153,5 @@ async fn http_load_against_the_trivial_upstream() {
     let n = count(&report, "get", "200");
     assert!((90..=101).contains(&n), "{n}");
     let _ = stop_tx.send(());
-    server.await.unwrap().unwrap();
+    server.await.unwrap();
 }

@@ -12,9 +12,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use seckill_common::{ErrorBody, ErrorCode};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -22,6 +20,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::db::{self, Bought, PgPool};
+use crate::baseline::serve_http1;
 
 /// The running server; [`Server::stop`] ends it.
 pub struct Server {
@@ -72,26 +71,11 @@ impl Server {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: oneshot::Receiver<()>) {
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stopped => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                // Out of file descriptors or the like: the client sees it on its side.
-                Err(_) => continue,
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| answer(req, state.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+async fn accept_loop(listener: TcpListener, state: Arc<State>, stopped: oneshot::Receiver<()>) {
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    serve_http1(listener, shutdown, move |req| answer(req, state.clone())).await;
 }
 
 /// Counts a buy in flight while it lives.
