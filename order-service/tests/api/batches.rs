@@ -63,13 +63,7 @@ async fn a_request_that_keeps_failing_is_compensated_and_its_batch_mates_become_
     // Out of tries (3, 200 ms apart): its deduction released, its unit back, the buyer told.
     assert_eq!(app.final_result(g, 666, Duration::from_secs(15)).await, StoredResult::Failed);
     let dead = app.amqp_names.orders_dead_queue();
-    for _ in 0..50 {
-        if app.queue_depth(&dead).await == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(app.queue_depth(&dead).await, 1, "the poisoned message, once, in the dead letters");
+    assert_eq!(app.settled_depth(&dead, 1).await, 1, "the poisoned message, once, in the dead letters");
     assert_eq!(app.goods(g).await.stock_available, 7, "three orders; the fourth unit released");
     assert_eq!(app.redis_stock(g).await, Some(7), "Redis agrees: the poisoned unit is back on sale");
     for user in [21, 22, 23] {
@@ -94,13 +88,7 @@ async fn a_batch_of_the_wrong_shape_goes_to_the_dead_letters_and_moves_nothing()
         app.publish_order_body(Peer::Seckill, body.as_bytes()).await;
     }
     let dead = app.amqp_names.orders_dead_queue();
-    for _ in 0..50 {
-        if app.queue_depth(&dead).await == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(app.queue_depth(&dead).await, 3, "each refused");
+    assert_eq!(app.settled_depth(&dead, 3).await, 3, "each refused");
     assert_eq!(app.goods(g).await.stock_available, 10, "nothing deducted");
     assert_eq!(app.result(g, 31).await, Some(StoredResult::Queued), "untouched");
 }

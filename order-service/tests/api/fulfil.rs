@@ -45,13 +45,7 @@ async fn a_request_not_signed_by_seckill_service_moves_nothing() {
         app.publish_request(from, &request).await;
     }
     let dead = app.amqp_names.orders_dead_queue();
-    for _ in 0..50 {
-        if app.queue_depth(&dead).await == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(app.queue_depth(&dead).await, 3, "each refused to the dead letters");
+    assert_eq!(app.settled_depth(&dead, 3).await, 3, "each refused to the dead letters");
     assert_eq!(app.goods(g).await.stock_available, 5, "nothing deducted");
     for user in [8, 9, 10] {
         assert_eq!(app.result(g, user).await, Some(StoredResult::Queued), "user {user} untouched");

@@ -334,6 +334,17 @@ impl TestApp {
     }
 
     /// Messages waiting in one of this test's queues.
+    /// The queue's depth once it reaches `n`, or after 5 s of waiting for it.
+    pub async fn settled_depth(&self, queue: &str, n: u32) -> u32 {
+        for _ in 0..50 {
+            if self.queue_depth(queue).await == n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.queue_depth(queue).await
+    }
+
     pub async fn queue_depth(&self, queue: &str) -> u32 {
         let conn =
             lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
