@@ -88,6 +88,8 @@ impl Gateway {
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<HttpResponse, ApiError> {
+        // Under overload most clicks end here: shed before the token and the limit cost.
+        self.buys_in_flight.refuse_if_full("buy")?;
         let caller = self.auth.authenticate(req)?;
         self.limits.take(Class::Buy, Who::user(caller.id)).await?;
         let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());

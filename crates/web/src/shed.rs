@@ -38,17 +38,29 @@ impl InFlight {
     pub fn enter(&self, route: &'static str) -> Result<Slot, ApiError> {
         match self.slots.clone().try_acquire_owned() {
             Ok(permit) => Ok(Slot { _permit: permit }),
-            Err(_) => {
-                metrics::counter!(self.metric, "route" => route).increment(1);
-                Err(ApiError::new(ErrorCode::Busy, "too many requests in progress here, try again shortly")
-                    .with_retry_after(RETRY_AFTER))
-            }
+            Err(_) => Err(self.busy(route)),
         }
+    }
+
+    /// 503 `BUSY` when every slot is taken right now, without taking one: the first thing a
+    /// route checks, so a shed request costs no token check and no rate-limit call. The slot
+    /// itself is taken later with [`InFlight::enter`], which can still refuse.
+    pub fn refuse_if_full(&self, route: &'static str) -> Result<(), ApiError> {
+        if self.slots.available_permits() == 0 {
+            return Err(self.busy(route));
+        }
+        Ok(())
     }
 
     /// Requests in flight right now.
     pub fn current(&self) -> usize {
         self.bound - self.slots.available_permits()
+    }
+
+    fn busy(&self, route: &'static str) -> ApiError {
+        metrics::counter!(self.metric, "route" => route).increment(1);
+        ApiError::new(ErrorCode::Busy, "too many requests in progress here, try again shortly")
+            .with_retry_after(RETRY_AFTER)
     }
 }
 
@@ -65,8 +77,10 @@ mod tests {
         let err = bound.enter("r").err().unwrap();
         assert_eq!(err.code, ErrorCode::Busy);
         assert_eq!(err.retry_after_secs, Some(1));
+        assert_eq!(bound.refuse_if_full("r").unwrap_err().code, ErrorCode::Busy);
         drop(a);
         assert_eq!(bound.current(), 1);
+        bound.refuse_if_full("r").unwrap();
         let _c = bound.enter("r").unwrap();
     }
 }

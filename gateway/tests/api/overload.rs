@@ -1,5 +1,6 @@
 //! Load shedding at the door: past `overload.max_in_flight` buy clicks waiting on
-//! seckill-service, a click is answered 503 `BUSY` with `Retry-After` at once, before the hop.
+//! seckill-service, a click is answered 503 `BUSY` with `Retry-After` at once, before the hop,
+//! and before its token and its rate limit cost anything.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,9 +27,13 @@ async fn past_the_bound_a_click_is_busy_at_once_and_never_reaches_seckill() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let res = click(3).await.unwrap();
-        let answered_while_held = calls.load(Ordering::SeqCst) == 2;
         let retry_after = res.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-        (assert_error(res, 503, "BUSY").await, retry_after, answered_while_held)
+        let busy = assert_error(res, 503, "BUSY").await;
+        // Shed before the token is read: a click without one is told the same, not 401.
+        let tokenless = app.post("/api/seckill/1/orders").send().await.unwrap();
+        assert_error(tokenless, 503, "BUSY").await;
+        let answered_while_held = calls.load(Ordering::SeqCst) == 2;
+        (busy, retry_after, answered_while_held)
     };
     let ((first, second), (_, retry_after, answered_while_held)) = tokio::join!(held, refused);
 
@@ -36,7 +41,7 @@ async fn past_the_bound_a_click_is_busy_at_once_and_never_reaches_seckill() {
     assert!(answered_while_held, "the refusal did not wait for the clicks in flight");
     assert_eq!((first.unwrap().status().as_u16(), second.unwrap().status().as_u16()), (200, 200));
     assert_eq!(calls.load(Ordering::SeqCst), 2, "the refused click never reached seckill-service");
-    assert_eq!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await, 1.0);
+    assert_eq!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await, 2.0);
     // The slots came back.
     assert_eq!(click(4).await.unwrap().status(), 200);
 }
