@@ -183,13 +183,20 @@ fn batching(c: &mut Criterion) {
 }
 
 /// The load-shedding check every request that reaches Redis makes: take a slot, give it back.
-/// `full` is the refusal, counted in its metric, that a replica past its bound answers with.
+/// `full` is the refusal, counted in its metric, that a replica past its bound answers with;
+/// `refuse_if_full` the gateway's look before a click's token and limit, with and without room.
 fn shedding_check(c: &mut Criterion) {
     let bound = seckill_web::shed::InFlight::new(1_024, "bench_shed_total");
     c.bench_function("shed/enter_and_leave", |b| b.iter(|| drop(black_box(bound.enter("order")))));
     let full = seckill_web::shed::InFlight::new(1, "bench_shed_total");
     let _held = full.enter("order");
     c.bench_function("shed/refused", |b| b.iter(|| black_box(full.enter("order")).is_err()));
+    c.bench_function("shed/refuse_if_full_with_room", |b| {
+        b.iter(|| black_box(bound.refuse_if_full("buy")).is_ok())
+    });
+    c.bench_function("shed/refuse_if_full_when_full", |b| {
+        b.iter(|| black_box(full.refuse_if_full("buy")).is_err())
+    });
 }
 
 criterion_group!(benches, gate_call, order_message_building, batching, shedding_check);
