@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use lapin::message::Delivery;
-use seckill_common::amqp::{OrderExpiry, OrderRequest, decode_order_requests};
+use seckill_common::OrderId;
+use seckill_common::amqp::{OrderExpiry, OrderRequest, decode, decode_order_requests};
 use seckill_infra::consumer::{Inbox, Retry};
 
 use crate::fulfil::{BatchReport, Fulfiller, is_outage};
@@ -142,26 +143,77 @@ fn record(report: &BatchReport) {
     metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
 }
 
-/// Expires the orders of each message that are still unpaid and sends their releases.
+/// Most orders one expiry statement takes (and one `mark_release_sent`): a storm's expiries go
+/// through in statements of this many, each followed by its releases.
+const EXPIRE_CHUNK: usize = 5_000;
+
+/// Expires the orders of every message in hand that are still unpaid, in one statement per
+/// [`EXPIRE_CHUNK`] orders, sends their releases (a few batch messages), and acks all the
+/// messages at once: thirty minutes after a big sale they all come back together. A dependency
+/// down: every message goes back after the pause. Any other failure: each message on its own
+/// (retried later, dead-lettered out of tries), so one cannot hold up the rest. Undecodable
+/// messages go straight to the dead letters.
 pub async fn handle_expiries(
     releaser: &Releaser,
     fulfiller: &Fulfiller,
     inbox: Inbox,
     outage_pause: Duration,
 ) -> anyhow::Result<()> {
-    inbox.each(outage_pause, is_outage, |expiry: OrderExpiry| expire(releaser, fulfiller, expiry)).await
-}
-
-async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, expiry: OrderExpiry) -> anyhow::Result<()> {
-    let expired = {
-        let mut conn = fulfiller.pool().get().await?;
-        transition::expire(&mut conn, &expiry.order_ids).await?
+    let good = inbox.decode_all(decode::<OrderExpiry>).await?;
+    let Some(&(last, _)) = good.last() else {
+        return Ok(());
     };
-    // Orders not returned were paid or cancelled meanwhile (or expired by an earlier copy).
-    if !expired.is_empty() {
-        tracing::info!(orders = expired.len(), "orders expired unpaid");
-        metrics::counter!("order_orders_expired_total").increment(expired.len() as u64);
-        releaser.send(&expired).await?;
+    let ids: Vec<OrderId> = good.iter().flat_map(|(_, e)| e.order_ids.iter().copied()).collect();
+    match expire(releaser, fulfiller, &ids).await {
+        Ok(expired) => {
+            // Orders not expired were paid or cancelled meanwhile (or expired by an earlier copy).
+            tracing::info!(messages = good.len(), orders = ids.len(), expired, "expiries done");
+            inbox.ack_through(last).await?;
+        }
+        Err(e) if is_outage(&e) => {
+            tracing::error!(
+                orders = ids.len(),
+                error = format!("{e:#}"),
+                "a dependency is down; the expiries go back to the queue"
+            );
+            tokio::time::sleep(outage_pause).await;
+            inbox.requeue_through(last).await?;
+        }
+        Err(e) => {
+            tracing::error!(
+                orders = ids.len(),
+                error = format!("{e:#}"),
+                "expiry batch failed; each message is tried on its own"
+            );
+            inbox
+                .each_of(good, outage_pause, is_outage, |expiry: OrderExpiry| async move {
+                    expire(releaser, fulfiller, &expiry.order_ids).await.map(drop)
+                })
+                .await?;
+        }
     }
     Ok(())
+}
+
+/// Expires those of `ids` still unpaid and sends their releases. Returns how many expired.
+async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, ids: &[OrderId]) -> anyhow::Result<usize> {
+    let mut total = 0;
+    for chunk in ids.chunks(EXPIRE_CHUNK) {
+        let expired = {
+            let mut conn = fulfiller.pool().get().await?;
+            transition::expire(&mut conn, chunk).await?
+        };
+        for row in &expired {
+            tracing::debug!(
+                order_id = row.id,
+                user_id = row.user_id,
+                goods_id = row.goods_id,
+                "order expired unpaid"
+            );
+        }
+        metrics::counter!("order_orders_expired_total").increment(expired.len() as u64);
+        releaser.send(&expired).await?;
+        total += expired.len();
+    }
+    Ok(total)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 use lapin::BasicProperties;
-use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason};
+use seckill_common::amqp::{AmqpNames, MESSAGE_VERSION, Release, ReleaseReason, release_bodies};
 use seckill_common::api::OrderStatus;
 use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, OrderId, UserId};
@@ -34,22 +34,17 @@ impl Releaser {
     }
 
     /// Publishes the release of each order (cancelled or expired), confirmed, then records it.
+    /// Many releases travel in a few batch messages (an expiry storm), one in the single form.
     pub async fn send(&self, rows: &[OrderRow]) -> anyhow::Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
+        let releases = rows.iter().map(release_of).collect::<anyhow::Result<Vec<Release>>>()?;
         let queue = self.names.stock_release_queue();
-        try_join_all(rows.iter().map(|row| {
-            let queue = queue.clone();
-            async move {
-                let message = release_of(row)?;
-                let body = serde_json::to_vec(&message)?;
-                let properties = BasicProperties::default()
-                    .with_content_type("application/json".into())
-                    .with_message_id(row.request_id.to_string().into());
-                self.publisher.publish(Peer::Stock, &queue, &body, properties).await?;
-                anyhow::Ok(())
-            }
+        try_join_all(release_bodies(&releases)?.into_iter().map(|body| {
+            let properties = BasicProperties::default().with_content_type("application/json".into());
+            let queue = &queue;
+            async move { self.publisher.publish(Peer::Stock, queue, &body, properties).await }
         }))
         .await?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();

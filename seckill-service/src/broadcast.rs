@@ -3,12 +3,15 @@
 //! tells them it is on sale again. Each replica hears both on its own exclusive queue. Losing a
 //! broadcast costs at most `seckill.sold_out_recheck_ms`: the flag re-checks Redis by itself.
 
+use std::collections::{BTreeMap, HashSet};
+
 use actix_web::web;
 use lapin::BasicProperties;
-use seckill_common::GoodsId;
-use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode};
+use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode, decode_releases};
 use seckill_common::trust::Peer;
+use seckill_common::{GoodsId, UserId};
 use seckill_infra::consumer::Inbox;
+use uuid::Uuid;
 
 use crate::sales::now_ms;
 use crate::state::AppState;
@@ -52,24 +55,74 @@ pub async fn handle_broadcasts(state: web::Data<AppState>, inbox: Inbox) -> anyh
     Ok(())
 }
 
-/// `seckill.restock`: an order's unit came back at the authority; back into Redis, and the
-/// buyer may try again. Idempotent on the order key.
+/// Most (user, request id) pairs one restore script call carries: Redis runs a script alone,
+/// so a storm's restore is cut into calls of about a third of a millisecond.
+const RESTORE_CHUNK: usize = 500;
+
+/// `seckill.restock`: orders' units came back at the authority; back into Redis, and their
+/// buyers may try again. Idempotent on each order key. Whatever the broker has ready, in
+/// either message form, is restored per sale in a few script calls, with one broadcast per
+/// sale, and acked at once. Redis refusing, dropping or not answering is an outage: every
+/// message goes back after a pause, no try spent. Any other failure: each message is tried on
+/// its own (retried later, and dead-lettered out of tries), so one cannot hold up the rest.
 pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow::Result<()> {
     let pause = state.settings.sold_out_recheck();
-    // Redis refusing, dropping or not answering is an outage (the message waits without
-    // spending a try); any other Redis error is retried and, out of tries, dead-lettered.
-    inbox.each(pause, seckill_infra::is_outage, |release: Release| restock(&state, release)).await
+    let good = inbox.decode_all(decode_releases).await?;
+    let Some(&(last, _)) = good.last() else {
+        return Ok(());
+    };
+    let mut distinct = HashSet::new();
+    let all: Vec<Release> =
+        good.iter().flat_map(|(_, r)| r).filter(|r| distinct.insert(r.order_key)).copied().collect();
+    match restock(&state, &all).await {
+        Ok(()) => inbox.ack_through(last).await?,
+        Err(e) if seckill_infra::is_outage(&e) => {
+            tracing::error!(
+                releases = all.len(),
+                error = format!("{e:#}"),
+                "redis is down; the restocks go back to the queue"
+            );
+            tokio::time::sleep(pause).await;
+            inbox.requeue_through(last).await?;
+        }
+        Err(e) => {
+            tracing::error!(
+                releases = all.len(),
+                error = format!("{e:#}"),
+                "restock batch failed; each message is tried on its own"
+            );
+            inbox
+                .each_of(good, pause, seckill_infra::is_outage, |releases: Vec<Release>| {
+                    let state = &state;
+                    async move { restock(state, &releases).await }
+                })
+                .await?;
+        }
+    }
+    Ok(())
 }
 
-async fn restock(state: &AppState, release: Release) -> anyhow::Result<()> {
-    if state.gate.restore(release.goods_id, release.user_id, release.order_key).await? {
-        tracing::info!(goods_id = %release.goods_id, user_id = %release.user_id, reason = ?release.reason,
-            "unit back on sale");
-        metrics::counter!("seckill_units_restocked_total").increment(1);
-        if let Some(sale) = state.sales.cached(release.goods_id) {
+/// Restores `releases` in Redis, sale by sale; a sale that got units back is announced once.
+async fn restock(state: &AppState, releases: &[Release]) -> anyhow::Result<()> {
+    let mut by_sale: BTreeMap<GoodsId, Vec<(UserId, Uuid)>> = BTreeMap::new();
+    for r in releases {
+        by_sale.entry(r.goods_id).or_default().push((r.user_id, r.order_key));
+    }
+    for (g, released) in by_sale {
+        let mut restored = 0;
+        for chunk in released.chunks(RESTORE_CHUNK) {
+            restored += state.gate.restore(g, chunk).await?;
+        }
+        tracing::debug!(goods_id = %g, releases = released.len(), restored, "restocks applied");
+        if restored == 0 {
+            continue;
+        }
+        tracing::info!(goods_id = %g, units = restored, "units back on sale");
+        metrics::counter!("seckill_units_restocked_total").increment(restored as u64);
+        if let Some(sale) = state.sales.cached(g) {
             sale.clear_sold_out();
         }
-        announce(state, BroadcastKind::Restocked, release.goods_id).await;
+        announce(state, BroadcastKind::Restocked, g).await;
     }
     Ok(())
 }

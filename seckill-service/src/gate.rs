@@ -177,21 +177,21 @@ impl Gate {
         Ok(undone == 1)
     }
 
-    /// An order's unit came back at the authority: back into the Redis stock, and the buyer
-    /// may try again. True if restored now (false: already restored, by an earlier copy).
-    pub async fn restore(&self, g: GoodsId, u: UserId, request_id: Uuid) -> Result<bool, GateError> {
+    /// Orders' units came back at the authority: back into the Redis stock, and their buyers
+    /// may try again. One script call for many (user, request id) pairs of one sale. Returns
+    /// how many were restored now (the rest: restored by an earlier copy, or not held).
+    pub async fn restore(&self, g: GoodsId, released: &[(UserId, Uuid)]) -> Result<usize, GateError> {
+        if released.is_empty() {
+            return Ok(0);
+        }
+        let mut call = self.scripts.restore.key(self.keys.stock(g));
+        call.key(self.keys.users(g));
+        for (u, request_id) in released {
+            call.key(self.keys.result(g, *u)).arg(u.get()).arg(request_id.to_string());
+        }
         let mut conn = self.conn();
-        let restored: i64 = self
-            .scripts
-            .restore
-            .key(self.keys.stock(g))
-            .key(self.keys.users(g))
-            .key(self.keys.result(g, u))
-            .arg(u.get())
-            .arg(request_id.to_string())
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(restored == 1)
+        let restored: i64 = call.invoke_async(&mut conn).await?;
+        Ok(usize::try_from(restored).unwrap_or_default())
     }
 
     /// The broker confirmed these requests' messages: the reconciler need not look at them.

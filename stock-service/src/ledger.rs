@@ -143,28 +143,42 @@ async fn deduct_in_tx(
 }
 
 /// Gives back the stock of `order_key` once. Returns false when the key is unknown or was
-/// already released (a no-op). One transaction: the ledger row is marked first, so a second
-/// release waits on its lock and then finds nothing to do.
+/// already released (a no-op).
 pub async fn release(conn: &mut AsyncPgConnection, order_key: Uuid) -> QueryResult<bool> {
+    Ok(!release_batch(conn, &[order_key]).await?.is_empty())
+}
+
+/// Gives back the stock of every key of `order_keys` not released yet, in one transaction:
+/// one `UPDATE` marks their ledger rows, one `UPDATE` per sale adds their units back (in goods
+/// id order, as a deduct locks them). Unknown, already released and repeated keys are no-ops.
+/// Returns the keys released now. A second release of a key waits on its ledger row's lock,
+/// then finds nothing to do. At most [`MAX_BATCH`] keys a call.
+pub async fn release_batch(conn: &mut AsyncPgConnection, order_keys: &[Uuid]) -> QueryResult<Vec<Uuid>> {
+    if order_keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let order_keys = order_keys.to_vec();
     conn.transaction::<_, diesel::result::Error, _>(async move |conn| {
-        let row: Option<(i64, i32)> = diesel::update(
+        let rows: Vec<(Uuid, i64, i32)> = diesel::update(
             stock_ledger::table
-                .filter(stock_ledger::order_key.eq(order_key))
+                .filter(stock_ledger::order_key.eq_any(&order_keys))
                 .filter(stock_ledger::released_at.is_null()),
         )
         .set(stock_ledger::released_at.eq(diesel::dsl::now))
-        .returning((stock_ledger::goods_id, stock_ledger::quantity))
-        .get_result(conn)
-        .await
-        .optional()?;
-        let Some((goods_id, quantity)) = row else {
-            return Ok(false);
-        };
-        diesel::update(goods::table.find(goods_id))
-            .set(goods::stock_available.eq(goods::stock_available + i64::from(quantity)))
-            .execute(conn)
-            .await?;
-        Ok(true)
+        .returning((stock_ledger::order_key, stock_ledger::goods_id, stock_ledger::quantity))
+        .get_results(conn)
+        .await?;
+        let mut back: BTreeMap<i64, i64> = BTreeMap::new();
+        for (_, goods_id, quantity) in &rows {
+            *back.entry(*goods_id).or_default() += i64::from(*quantity);
+        }
+        for (goods_id, units) in back {
+            diesel::update(goods::table.find(goods_id))
+                .set(goods::stock_available.eq(goods::stock_available + units))
+                .execute(conn)
+                .await?;
+        }
+        Ok(rows.into_iter().map(|(key, _, _)| key).collect())
     })
     .await
 }

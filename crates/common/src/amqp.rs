@@ -34,7 +34,7 @@ impl OrderRequest {
     }
 }
 
-/// The version of the batch form of `seckill.orders` messages.
+/// The version of the batch forms (`seckill.orders`, releases and restocks).
 pub const BATCH_VERSION: u32 = 2;
 
 /// Most requests one message may carry: a producer never gathers more, and a consumer refuses
@@ -75,6 +75,43 @@ pub fn order_body(requests: &[OrderRequest]) -> serde_json::Result<Vec<u8>> {
 /// unknown versions, a batch that is empty or larger than [`MAX_BATCH_REQUESTS`], a batched
 /// request that is not itself of the single form's version.
 pub fn decode_order_requests(body: &[u8]) -> Result<Vec<OrderRequest>, String> {
+    decode_one_or_batch::<OrderBatch>(body)
+}
+
+/// A message type with a single form (`"v": 1`) and a batch form (`"v": 2`) that carries up to
+/// `MAX` of them.
+trait Batch: serde::de::DeserializeOwned {
+    type Item: serde::de::DeserializeOwned;
+    const MAX: usize;
+    fn into_items(self) -> Vec<Self::Item>;
+    /// The item's own version and a name for it in a refusal.
+    fn describe(item: &Self::Item) -> (u32, String);
+}
+
+impl Batch for OrderBatch {
+    type Item = OrderRequest;
+    const MAX: usize = MAX_BATCH_REQUESTS;
+    fn into_items(self) -> Vec<OrderRequest> {
+        self.requests
+    }
+    fn describe(item: &OrderRequest) -> (u32, String) {
+        (item.v, format!("request {}", item.request_id))
+    }
+}
+
+impl Batch for ReleaseBatch {
+    type Item = Release;
+    const MAX: usize = MAX_BATCH_RELEASES;
+    fn into_items(self) -> Vec<Release> {
+        self.releases
+    }
+    fn describe(item: &Release) -> (u32, String) {
+        (item.v, format!("release {}", item.order_key))
+    }
+}
+
+/// The items of a message in either form of `B`.
+fn decode_one_or_batch<B: Batch>(body: &[u8]) -> Result<Vec<B::Item>, String> {
     /// Only the version: serde skips the rest without building it.
     #[derive(Deserialize)]
     struct Version {
@@ -84,20 +121,20 @@ pub fn decode_order_requests(body: &[u8]) -> Result<Vec<OrderRequest>, String> {
     let unexpected = |e: serde_json::Error| format!("unexpected fields: {e}");
     match version {
         Some(v) if v == u64::from(MESSAGE_VERSION) => {
-            Ok(vec![serde_json::from_slice::<OrderRequest>(body).map_err(unexpected)?])
+            Ok(vec![serde_json::from_slice::<B::Item>(body).map_err(unexpected)?])
         }
         Some(v) if v == u64::from(BATCH_VERSION) => {
-            let batch = serde_json::from_slice::<OrderBatch>(body).map_err(unexpected)?;
-            if batch.requests.is_empty() || batch.requests.len() > MAX_BATCH_REQUESTS {
-                return Err(format!(
-                    "a batch of {} requests (1 to {MAX_BATCH_REQUESTS} allowed)",
-                    batch.requests.len()
-                ));
+            let items = serde_json::from_slice::<B>(body).map_err(unexpected)?.into_items();
+            if items.is_empty() || items.len() > B::MAX {
+                return Err(format!("a batch of {} (1 to {} allowed)", items.len(), B::MAX));
             }
-            if let Some(r) = batch.requests.iter().find(|r| r.v != MESSAGE_VERSION) {
-                return Err(format!("batched request {} of version {}", r.request_id, r.v));
+            for item in &items {
+                let (v, name) = B::describe(item);
+                if v != MESSAGE_VERSION {
+                    return Err(format!("batched {name} of version {v}"));
+                }
             }
-            Ok(batch.requests)
+            Ok(items)
         }
         other => Err(format!("unknown message version {other:?}")),
     }
@@ -138,6 +175,49 @@ pub struct Release {
     pub user_id: UserId,
     pub goods_id: GoodsId,
     pub reason: ReleaseReason,
+}
+
+/// Most releases one message may carry (a `seckill.stock.release` or `seckill.restock` batch):
+/// about 90 KB of JSON.
+pub const MAX_BATCH_RELEASES: usize = 500;
+
+/// Several releases in one message, the form an expiry storm travels in: `{"v": 2,
+/// "releases": [...]}`, each release exactly as in the single form (its own `"v": 1`). Each is
+/// still handled, and idempotent, on its own `order_key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseBatch {
+    pub v: u32,
+    pub releases: Vec<Release>,
+}
+
+impl ReleaseBatch {
+    pub fn new(releases: Vec<Release>) -> Self {
+        Self { v: BATCH_VERSION, releases }
+    }
+}
+
+/// The bodies of the messages carrying `releases`: one message per [`MAX_BATCH_RELEASES`],
+/// each in the single form when it holds one release (what every consumer reads).
+pub fn release_bodies(releases: &[Release]) -> serde_json::Result<Vec<Vec<u8>>> {
+    /// [`ReleaseBatch`] without copying the releases.
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        v: u32,
+        releases: &'a [Release],
+    }
+    releases
+        .chunks(MAX_BATCH_RELEASES)
+        .map(|chunk| match chunk {
+            [one] => serde_json::to_vec(one),
+            many => serde_json::to_vec(&Borrowed { v: BATCH_VERSION, releases: many }),
+        })
+        .collect()
+}
+
+/// The releases of a `seckill.stock.release` or `seckill.restock` message, in either form;
+/// refused as [`decode_order_requests`] refuses (so dead-lettered).
+pub fn decode_releases(body: &[u8]) -> Result<Vec<Release>, String> {
+    decode_one_or_batch::<ReleaseBatch>(body)
 }
 
 /// What one seckill-service replica tells the others through the fanout exchange.
@@ -300,6 +380,43 @@ mod tests {
         let too_many: Vec<_> = (1..=MAX_BATCH_REQUESTS as i64 + 1).map(request).collect();
         let body = serde_json::to_string(&OrderBatch::new(too_many)).unwrap();
         assert!(refuse(&body).contains(&format!("batch of {}", MAX_BATCH_REQUESTS + 1)));
+    }
+
+    fn release(n: u128) -> Release {
+        Release {
+            v: MESSAGE_VERSION,
+            order_key: Uuid::from_u128(n),
+            order_id: OrderId::new(n as i64).unwrap(),
+            user_id: UserId::new(n as i64).unwrap(),
+            goods_id: GoodsId::new(7).unwrap(),
+            reason: ReleaseReason::Expired,
+        }
+    }
+
+    #[test]
+    fn releases_travel_in_both_forms_and_in_bounded_batches() {
+        let one = release_bodies(&[release(1)]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert!(one[0].starts_with(br#"{"v":1,"#), "one release keeps the single form");
+        assert_eq!(decode_releases(&one[0]).unwrap(), vec![release(1)]);
+
+        let many: Vec<Release> = (1..=MAX_BATCH_RELEASES as u128 + 1).map(release).collect();
+        let bodies = release_bodies(&many).unwrap();
+        assert_eq!(bodies.len(), 2, "{} releases: a full batch and one more", many.len());
+        assert!(bodies[0].starts_with(br#"{"v":2,"releases":[{"v":1,"#));
+        assert!(bodies[1].starts_with(br#"{"v":1,"#), "the last one alone is in the single form");
+        let back: Vec<Release> = bodies.iter().flat_map(|b| decode_releases(b).unwrap()).collect();
+        assert_eq!(back, many);
+        assert!(release_bodies(&[]).unwrap().is_empty());
+
+        let refuse = |body: &str| decode_releases(body.as_bytes()).unwrap_err();
+        assert!(refuse(r#"{"v":2,"releases":[]}"#).contains("batch of 0"));
+        assert!(refuse(r#"{"v":2,"requests":[]}"#).contains("unexpected fields"));
+        let mut nested = serde_json::to_value(ReleaseBatch::new(vec![release(1), release(2)])).unwrap();
+        nested["releases"][0]["v"] = 3.into();
+        assert!(refuse(&nested.to_string()).contains("of version 3"));
+        let too_many = serde_json::to_string(&ReleaseBatch::new(many)).unwrap();
+        assert!(refuse(&too_many).contains(&format!("batch of {}", MAX_BATCH_RELEASES + 1)));
     }
 
     #[test]

@@ -139,16 +139,23 @@ redis.call('SET', KEYS[3], 'success:' .. ARGV[4])
 return 1
 ";
 
-/// An order's unit came back at the authority (cancelled or expired): back to the Redis stock,
-/// and the buyer may try again. Idempotent: only the reservation of that request is undone.
-/// KEYS: stock, users, result. ARGV: user, request id. Returns 1 if restored now.
+/// Orders' units came back at the authority (cancelled or expired): back to the Redis stock,
+/// and their buyers may try again. Idempotent: only the reservation of each named request is
+/// undone, so a repeated or stale pair is a no-op.
+/// KEYS: stock, users, then the result key of each pair's user. ARGV: user, request id, for
+/// each pair. Returns how many were restored now.
 pub const RESTORE: &str = r"
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if held ~= 'c:' .. ARGV[2] and held ~= 'o:' .. ARGV[2] then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
-redis.call('DEL', KEYS[3])
-return 1
+local n = 0
+for i = 1, #ARGV, 2 do
+  local held = redis.call('HGET', KEYS[2], ARGV[i])
+  if held == 'c:' .. ARGV[i + 1] or held == 'o:' .. ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('DEL', KEYS[2 + (i + 1) / 2])
+    n = n + 1
+  end
+end
+if n > 0 and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], n) end
+return n
 ";
 
 /// A consistent look at a sale's Redis data, for the audit and the repair.

@@ -212,21 +212,48 @@ impl Inbox {
         &self,
         outage_pause: Duration,
         is_outage: fn(&anyhow::Error) -> bool,
-        mut handle: F,
+        handle: F,
     ) -> anyhow::Result<()>
     where
         T: serde::de::DeserializeOwned,
         F: FnMut(T) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
+        let decoded = self.decode_all(decode::<T>).await?;
+        self.each_of(decoded, outage_pause, is_outage, handle).await
+    }
+
+    /// Decodes every delivery with `decode`; the undecodable go to the dead letters at once.
+    /// Returns the others with what they carry, in delivery order: a handler that serves them
+    /// all together acks them with [`Self::ack_through`] the last, and falls back to
+    /// [`Self::each_of`] when the whole fails.
+    pub async fn decode_all<T>(
+        &self,
+        decode: fn(&[u8]) -> Result<T, String>,
+    ) -> lapin::Result<Vec<(&Delivery, T)>> {
+        let mut good = Vec::with_capacity(self.deliveries.len());
         for d in &self.deliveries {
-            let message = match decode::<T>(&d.data) {
-                Ok(m) => m,
-                Err(why) => {
-                    self.dead_letter(d, &why).await?;
-                    continue;
-                }
-            };
+            match decode(&d.data) {
+                Ok(m) => good.push((d, m)),
+                Err(why) => self.dead_letter(d, &why).await?,
+            }
+        }
+        Ok(good)
+    }
+
+    /// As [`Self::each`], for deliveries already decoded by [`Self::decode_all`].
+    pub async fn each_of<T, F, Fut>(
+        &self,
+        decoded: Vec<(&Delivery, T)>,
+        outage_pause: Duration,
+        is_outage: fn(&anyhow::Error) -> bool,
+        mut handle: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut(T) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        for (d, message) in decoded {
             match handle(message).await {
                 Ok(()) => self.ack(d).await?,
                 Err(e) if is_outage(&e) => {

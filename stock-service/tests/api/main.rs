@@ -4,4 +4,5 @@ mod goods;
 mod helpers;
 mod ledger;
 mod outage;
+mod releases;
 mod trust;

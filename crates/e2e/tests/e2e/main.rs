@@ -12,3 +12,4 @@ mod purchase;
 mod queues;
 mod redis_loss;
 mod security;
+mod storm;
