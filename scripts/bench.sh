@@ -10,8 +10,9 @@
 #      seckill_bench_scratch for pgbench; the Redis key prefix seckill-bench:
 #      (SECKILL__REDIS__KEY_PREFIX; keys deleted with SCAN + UNLINK); the AMQP prefix
 #      seckill-bench. (SECKILL__AMQP__PREFIX; the queues and the exchange the services declare
-#      are deleted with `seckill-bench amqp-cleanup`, the delay queue's name from the order TTL
-#      in effect: SECKILL__ORDER__TTL_SECS, else config/order-service.toml, else 1800).
+#      are deleted with `seckill-bench amqp-cleanup`, the delay queues' names from the order
+#      TTLs in effect: SECKILL__ORDER__TTL_SECS, else config/order-service.toml, else 1800; and
+#      the storm's, STORM_TTLS).
 #   1. The servers (lib.sh's ensure_servers), the release build, the clean-up above, then
 #      scripts/up.sh: the four services (as configured: seckill.require_token = true). Then,
 #      for the one-hop baseline, a trivial upstream (seckill-bench upstream, :18083) and a
@@ -41,7 +42,13 @@
 #      overload (open loop at 2 x drain's accepted rate: past capacity, shed with 503 BUSY);
 #      drain-backlog is drain with the order-service stopped (SIGSTOP) during the load and
 #      resumed at its end, so the consumer's own throughput shows on the backlog.
-#   4. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the extra gateways are
+#   4. Phase C, the expiry storm: order-service alone is restarted with a short order TTL,
+#      SECKILL__ORDER__TTL_SECS=STORM_TTL (60 s, quick 30; same binary, config file and
+#      servers; its pid goes to run/order-service.pid), then `seckill-bench storm`: a spike, a
+#      sale of STORM_USERS units bought one each, order-service stopped while their orders come
+#      due and resumed with a second spike, the units timed back, the expired buyers buying
+#      again.
+#   5. seckill-bench markdown writes docs/BENCHMARKS.md; the upstream and the extra gateways are
 #      stopped by their pids (run/bench/*.pid), the services by SECKILL_KEEP_SERVERS=1
 #      scripts/down.sh, the scratch data is removed, then scripts/down.sh stops the servers
 #      ensure_servers started (if any). After an interrupted run, scripts/down.sh stops
@@ -55,7 +62,7 @@
 # BENCH_TWIN_PORT (18280), BENCH_TWIN_ADMIN_PORT (19280); SECKILL_PG_URL,
 # SECKILL_REDIS_URL, SECKILL_AMQP_URL as for up.sh. It needs psql and redis-cli (for the
 # clean-up). It refuses to start while the system is already up (it needs the configuration it
-# sets). A full run takes about 6 minutes after the build.
+# sets). A full run takes about 8 minutes after the build.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -66,11 +73,11 @@ QUICK=${BENCH_QUICK:-0}
 [[ $QUICK == 0 || $QUICK == false ]] && QUICK=0 || QUICK=1
 if ((QUICK)); then
     REPEAT=${BENCH_REPEAT:-1} SECS=${BENCH_SECS:-3}
-    SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000
+    SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000 STORM_USERS=10000
     AMQP_MESSAGES=20000 REDIS_N=50000 PG_SECS=4
 else
     REPEAT=${BENCH_REPEAT:-3} SECS=${BENCH_SECS:-8}
-    SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000
+    SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000 STORM_USERS=50000
     AMQP_MESSAGES=100000 REDIS_N=200000 PG_SECS=10
 fi
 UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
@@ -133,6 +140,11 @@ toml_value() { # toml_value FILE SECTION KEY
 # The names the delay and retry queues get depend on these settings: as the services see them.
 ORDER_TTL=${SECKILL__ORDER__TTL_SECS:-$(toml_value config/order-service.toml order ttl_secs)}
 ORDER_TTL=${ORDER_TTL:-1800}
+# The storm's order TTL (phase C; full run, quick run): long enough for STORM_USERS orders to be
+# written before the first comes due (50,000 took about 20 s here), short enough not to wait
+# long after. The clean-up deletes the delay queues of both, whatever run was interrupted.
+STORM_TTLS=(60 30)
+STORM_TTL=${STORM_TTLS[QUICK]}
 RETRY_DELAYS=()
 for name in seckill-service order-service stock-service; do
     d=${SECKILL__AMQP__RETRY_DELAY_MS:-$(toml_value "config/$name.toml" amqp retry_delay_ms)}
@@ -170,6 +182,7 @@ amqp_cleanup() {
     local d
     local -a args=(--amqp-url "$SECKILL_AMQP_URL" --prefix "$AMQP_PREFIX" --order-ttl-secs "$ORDER_TTL"
         --queue "$AMQP_SCRATCH_QUEUE")
+    for d in "${STORM_TTLS[@]}"; do args+=(--order-ttl-secs "$d"); done
     for d in "${RETRY_DELAYS[@]}"; do args+=(--retry-delay-ms "$d"); done
     "$BENCH" amqp-cleanup "${args[@]}" >&2
 }
@@ -196,7 +209,7 @@ cleanup() {
     stop_pidfile "$BDIR/gateway-twin.pid" gateway
     stop_pidfile "$BDIR/upstream.pid" seckill-bench
     if ((SYSTEM_UP)); then
-        # drain-backlog stops the order-service while it loads: never leave it stopped.
+        # drain-backlog and storm stop the order-service for a while: never leave it stopped.
         if [[ -f run/order-service.pid ]]; then kill -CONT "$(cat run/order-service.pid)" 2>/dev/null || true; fi
         say "stopping the services (scripts/down.sh)"
         SECKILL_KEEP_SERVERS=1 scripts/down.sh || rc=1
@@ -257,7 +270,7 @@ say "scripts/up.sh (the four services, databases $STOCK_DB and $ORDER_DB, Redis 
 env -u SECKILL_REPLICAS_GATEWAY -u SECKILL_REPLICAS_SECKILL -u SECKILL_REPLICAS_ORDER -u SECKILL_REPLICAS_STOCK \
     SECKILL_REPLICAS=1 scripts/up.sh
 NOTES+=("The release build and scripts/up.sh took $((SECONDS - UP_START)) s before the first measurement.")
-NOTES+=("The run used scratch names, removed by scripts/bench.sh when it ends (and at its start, should an interrupted run have left them): databases $STOCK_DB and $ORDER_DB ($PG_SCRATCH_DB for pgbench), Redis keys ${REDIS_PREFIX}*, queues and exchange ${AMQP_PREFIX}*; orders kept their configured TTL (order.ttl_secs = $ORDER_TTL s). The system's own databases, keys and queues were not touched.")
+NOTES+=("The run used scratch names, removed by scripts/bench.sh when it ends (and at its start, should an interrupted run have left them): databases $STOCK_DB and $ORDER_DB ($PG_SCRATCH_DB for pgbench), Redis keys ${REDIS_PREFIX}*, queues and exchange ${AMQP_PREFIX}*; orders kept their configured TTL (order.ttl_secs = $ORDER_TTL s) until the storm (order.ttl_secs = $STORM_TTL s). The system's own databases, keys and queues were not touched.")
 
 # SECKILL__<SECTION>__* variables of the caller that binary $1 does not have would stop it at
 # start (its settings deny unknown sections): prints "-u VAR" for each, for env(1).
@@ -561,6 +574,28 @@ if ((RATE > 0)); then
 else
     NOTES+=("overload skipped: no drain figure to set its rate from.")
 fi
+
+# ---------------------------------------------------------------------------------------------
+# Phase C: the expiry storm, last (it changes the order TTL). order-service alone is restarted
+# with a short one, so the storm's orders come due a minute after they were bought, not half an
+# hour; seckill-service keeps phase B's settings (no path tokens). The storm stops order-service
+# (SIGSTOP) while those orders come due and resumes it: the clean-up's kill -CONT covers an
+# interrupted run, and its amqp-cleanup deletes the delay queue of this TTL too.
+say "restarting order-service with SECKILL__ORDER__TTL_SECS=$STORM_TTL"
+stop_pidfile run/order-service.pid order-service
+mapfile -t UNSET < <(foreign_env "http log database redis amqp upstreams order trust")
+[[ -e run/order-service.log ]] && mv -f run/order-service.log run/order-service.log.1
+nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${UNSET[@]}" \
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" \
+    "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" "SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX" \
+    "SECKILL__AMQP__PREFIX=$AMQP_PREFIX" "SECKILL__ORDER__TTL_SECS=$STORM_TTL" \
+    "$BIN_DIR/order-service" </dev/null >run/order-service.log 2>&1 &
+echo $! >run/order-service.pid
+ORDER_PORT=$(toml_value config/order-service.toml http port)
+wait_http "http://127.0.0.1:${ORDER_PORT:-8082}/readyz" "$(cat run/order-service.pid)" order-service
+measure storm storm --gateway "$GW" --no-path-token --users "$STORM_USERS" --spike-users "$SPIKE_USERS" \
+    --order-ttl-secs "$STORM_TTL" --pause-pid "$(cat run/order-service.pid)" --first-user 8000000 \
+    --json "$OUT/storm.json" --chart "$OUT/storm.svg"
 
 # ---------------------------------------------------------------------------------------------
 # The document.

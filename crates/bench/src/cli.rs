@@ -15,6 +15,7 @@ use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
 use crate::scenario::{self, BuyLimit, Scenario, ScenarioConfig};
+use crate::storm::StormConfig;
 use crate::sync::SyncConfig;
 use crate::{chart, cleanup, client, faults, machine};
 
@@ -54,6 +55,14 @@ pub enum Command {
     /// 50,000 users on a 100,000-unit sale, 500 connections: accepted buys/s, then the
     /// drain (first 202 to the last order row written; with --pause-pid, the consumer alone).
     Drain(ScenarioArgs),
+    /// The expiry storm: a spike on the quiet system (--spike-users 20,000, --spike-stock 1,000);
+    /// --users (50,000) buyers, one unit each, on a sale of as many; order-service (--pause-pid)
+    /// stopped just before the first of their orders comes due (--order-ttl-secs) and resumed
+    /// once the last has, so every expiry waits in the broker; at the resume the same spike on
+    /// another sale, while the sale is polled until every unit is back in PostgreSQL and in
+    /// Redis (expiries/s); then every unit back, the audit agreeing, and --rebuy-sample (1,000)
+    /// expired buyers buying again are checked.
+    Storm(StormArgs),
     /// The synchronous design, for comparison: one transaction per buy (conditional stock
     /// update + order insert under a unique (goods_id, user_id) index) behind a minimal HTTP
     /// server in this tool, in a throw-away database on the same PostgreSQL; --buys (50,000)
@@ -269,6 +278,84 @@ impl ScenarioArgs {
         if let Some(v) = self.final_timeout {
             c.final_timeout = Duration::from_secs_f64(v);
         }
+        c.request_timeout = Duration::from_millis(self.timeout_ms);
+        c.progress = !self.out.no_progress;
+        c.procs = self.out.procs();
+        c
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StormArgs {
+    /// The gateway's base URL (everything goes through it).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = one_gateway)]
+    pub gateway: String,
+    /// Buyers of the sale whose orders expire together, one unit each.
+    #[arg(long, default_value_t = 50_000)]
+    pub users: u64,
+    /// Keep-alive connections firing clicks (the sale's buyers, each spike, the buyers again).
+    #[arg(long, short = 'c', default_value_t = 500)]
+    pub connections: usize,
+    /// Users of each spike (without the storm, and during it).
+    #[arg(long, default_value_t = 20_000)]
+    pub spike_users: u64,
+    /// Units of each spike's sale.
+    #[arg(long, default_value_t = 1_000)]
+    pub spike_stock: i64,
+    /// The order-service's pid (repeatable: every replica's): stopped (SIGSTOP) while the orders
+    /// come due, resumed (SIGCONT) when the storm starts.
+    #[arg(long = "pause-pid", required = true)]
+    pub pause_pids: Vec<u32>,
+    /// The order-service's `order.ttl_secs` (SECKILL__ORDER__TTL_SECS), checked against an
+    /// order: the orders must not come due before every buyer has one.
+    #[arg(long)]
+    pub order_ttl_secs: u64,
+    /// Seconds after the last order came due before order-service is resumed.
+    #[arg(long, default_value_t = 2.0)]
+    pub margin_secs: f64,
+    /// Expired buyers who buy again after the storm (all must be accepted and end in success).
+    #[arg(long, default_value_t = 1_000)]
+    pub rebuy_sample: u64,
+    /// Seconds to wait, from the resume, for every unit to be back.
+    #[arg(long, default_value_t = 300.0)]
+    pub storm_timeout: f64,
+    /// Order without a path token (for seckill.require_token=false).
+    #[arg(long)]
+    pub no_path_token: bool,
+    /// Retries of a click's call answered `503 BUSY` (as the other scenarios).
+    #[arg(long, default_value_t = busy::DEFAULT_RETRIES)]
+    pub busy_retries: u32,
+    /// The sale's first buyer (buyers are consecutive from it; each spike's users follow).
+    #[arg(long, default_value_t = 8_000_000)]
+    pub first_user: i64,
+    /// Per-request timeout.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// The report's name.
+    #[arg(long, default_value = "storm")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+impl StormArgs {
+    pub fn config(&self) -> StormConfig {
+        let mut c = StormConfig::new(
+            self.gateway.clone(),
+            self.pause_pids.clone(),
+            Duration::from_secs(self.order_ttl_secs),
+        );
+        c.name = self.name.clone();
+        c.users = self.users;
+        c.connections = self.connections;
+        c.spike_users = self.spike_users;
+        c.spike_stock = self.spike_stock;
+        c.margin = Duration::from_secs_f64(self.margin_secs.max(0.0));
+        c.rebuy_sample = self.rebuy_sample;
+        c.storm_timeout = Duration::from_secs_f64(self.storm_timeout.max(1.0));
+        c.path_token = !self.no_path_token;
+        c.busy = BusyRetry::new(self.busy_retries);
+        c.first_user = self.first_user;
         c.request_timeout = Duration::from_millis(self.timeout_ms);
         c.progress = !self.out.no_progress;
         c.procs = self.out.procs();
@@ -535,6 +622,11 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::SoldOut(a) => run_scenario(Scenario::SoldOut, &a).await,
         Command::HotUser(a) => run_scenario(Scenario::HotUser, &a).await,
         Command::Drain(a) => run_scenario(Scenario::Drain, &a).await,
+        Command::Storm(a) => {
+            let report = crate::storm::run(&a.config()).await?;
+            emit(&report, &a.out)?;
+            Ok(invariant_status(&report))
+        }
         Command::Sync(a) => {
             let report = crate::sync::run(&a.config()).await?;
             emit(&report, &a.out)?;
@@ -805,6 +897,50 @@ mod tests {
         assert_eq!(c.click_gateways(), ["http://127.0.0.1:8080"]);
         assert_eq!(c.buy_limit, None);
         assert_eq!(c.busy, BusyRetry::new(3));
+    }
+
+    fn storm(args: &[&str]) -> Result<StormConfig, clap::Error> {
+        let cli = Cli::try_parse_from(["seckill-bench", "storm"].iter().chain(args))?;
+        let Command::Storm(a) = cli.command else { panic!("not storm") };
+        Ok(a.config())
+    }
+
+    #[test]
+    fn storm_takes_its_sizes_and_needs_the_order_service() {
+        let c = storm(&["--pause-pid", "42", "--order-ttl-secs", "60"]).unwrap();
+        assert_eq!((c.users, c.connections, c.spike_users, c.spike_stock), (50_000, 500, 20_000, 1_000));
+        assert_eq!((c.pause_pids.as_slice(), c.order_ttl), (&[42][..], Duration::from_secs(60)));
+        assert_eq!((c.rebuy_sample, c.margin, c.path_token), (1_000, Duration::from_secs(2), true));
+        c.check().unwrap();
+
+        let c = storm(&[
+            "--users",
+            "5000",
+            "--order-ttl-secs",
+            "20",
+            "--pause-pid",
+            "1",
+            "--pause-pid",
+            "2",
+            "--no-path-token",
+            "--rebuy-sample",
+            "100",
+            "--spike-users",
+            "2000",
+            "--margin-secs",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!((c.users, c.rebuy_sample, c.spike_users, c.pause_pids.len()), (5_000, 100, 2_000, 2));
+        assert_eq!(c.margin, Duration::from_millis(500));
+        assert!(!c.path_token);
+        c.check().unwrap();
+
+        // Without the order-service's pid or its TTL there is no storm to make.
+        for missing in [&["--order-ttl-secs", "60"][..], &["--pause-pid", "42"]] {
+            let e = storm(missing).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument, "{missing:?}: {e}");
+        }
     }
 
     #[test]

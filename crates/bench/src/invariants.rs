@@ -2,10 +2,12 @@
 //! distinct order ids, no oversell, winners = min(stock, users) (users whose every click was
 //! shed `503 BUSY` never asked, so are not counted; users who clicked several times: every
 //! accepted user wins while units last), nothing left `queued`, every accepted
-//! request ending in `success` or `failed`, and the authority's stock agreeing.
+//! request ending in `success` or `failed`, and the authority's stock agreeing. After an expiry
+//! storm ([`storm`]): every unit back, the audit agreeing, the expired buyers buying again.
 
 use std::collections::HashMap;
 
+use seckill_common::api::SaleAudit;
 use serde::{Deserialize, Serialize};
 
 /// A buyer's last known result.
@@ -189,6 +191,65 @@ pub fn check(buyers: &[Buyer], stock: i64, stock_available: Option<i64>) -> Vec<
     checks
 }
 
+pub const STORM_STOCK_BACK: &str = "every expired unit back: stock_available = stock";
+pub const STORM_AUDIT: &str = "the audit agrees: Redis stock = stock, no differences";
+pub const STORM_REBUY: &str = "expired buyers buy again: all accepted (202), all success";
+
+/// What the expired buyers got when they bought again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rebuy {
+    pub sample: u64,
+    pub accepted: u64,
+    pub success: u64,
+}
+
+/// The expiry storm's checks on its sale of `units`, every order of which expired:
+/// `stock_available` from `GET /api/goods/{id}` and `audit` from the admin audit once the storm
+/// is over (`None`: the call failed), `rebuy` what a sample of the buyers got buying again.
+pub fn storm(
+    units: i64,
+    stock_available: Option<i64>,
+    audit: Option<&SaleAudit>,
+    rebuy: Rebuy,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    checks.push(match stock_available {
+        Some(have) => Check::new(
+            STORM_STOCK_BACK,
+            have == units,
+            format!("GET /api/goods: stock_available {have}, expected {units} (no active order left)"),
+        ),
+        None => Check::new(STORM_STOCK_BACK, false, "GET /api/goods/{id} failed after the storm".into()),
+    });
+    checks.push(match audit {
+        Some(a) => {
+            let ok = a.agrees && a.differences.is_empty() && a.redis.stock == Some(units);
+            let stock = a.redis.stock.map_or("not loaded".into(), |s| s.to_string());
+            let mut detail = format!(
+                "Redis stock {stock}, available {}, active orders {}",
+                a.authority.stock_available, a.authority.active_orders
+            );
+            if !a.differences.is_empty() {
+                detail.push_str(&format!("; differences: {}", a.differences.join("; ")));
+            }
+            Check::new(STORM_AUDIT, ok, detail)
+        }
+        None => Check::new(STORM_AUDIT, false, "the audit failed after the storm".into()),
+    });
+    checks.push(Check::new(
+        STORM_REBUY,
+        rebuy.sample > 0 && rebuy.accepted == rebuy.sample && rebuy.success == rebuy.sample,
+        format!("{} buyers: {} accepted (202), {} success", rebuy.sample, rebuy.accepted, rebuy.success),
+    ));
+    checks
+}
+
+/// A run's checks with what they were about in front of their names (`spike during the
+/// storm: no oversell`).
+pub fn prefixed(prefix: &str, checks: &[Check]) -> Vec<Check> {
+    checks.iter().map(|c| Check { name: format!("{prefix}: {}", c.name), ..c.clone() }).collect()
+}
+
 fn first(ids: &[i64]) -> &[i64] {
     &ids[..ids.len().min(5)]
 }
@@ -347,6 +408,56 @@ mod tests {
         let buyers = clean_sale(100, 20);
         assert_eq!(failing(&check(&buyers, 20, Some(1))), [STOCK_AGREES]);
         assert_eq!(failing(&check(&buyers, 20, None)), [STOCK_AGREES]);
+    }
+
+    fn audit(stock: Option<i64>, available: i64, differences: &[&str]) -> SaleAudit {
+        serde_json::from_value(serde_json::json!({
+            "goods_id": 7,
+            "redis": {"loaded": stock.is_some(), "epoch": null, "stock": stock, "holdback": null,
+                      "reservations_ordered": 0, "reservations_in_flight": 0, "pending": 0},
+            "authority": {"stock_total": 100, "stock_available": available, "ledger_held": 0,
+                          "active_orders": 0, "in_flight_deducted": 0},
+            "queue": {"waiting": 0, "consumers": 1},
+            "expected_redis_stock": available,
+            "agrees": differences.is_empty(),
+            "differences": differences,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn after_a_storm_every_unit_is_back_and_the_buyers_buy_again() {
+        let all = Rebuy { sample: 10, accepted: 10, success: 10 };
+        let checks = storm(100, Some(100), Some(&audit(Some(100), 100, &[])), all);
+        assert!(failing(&checks).is_empty(), "{checks:#?}");
+        assert_eq!(checks.len(), 3);
+
+        // A unit not back at the authority, and Redis short of one.
+        let checks = storm(100, Some(99), Some(&audit(Some(99), 99, &[])), all);
+        assert_eq!(failing(&checks), [STORM_STOCK_BACK, STORM_AUDIT]);
+        // The audit found a difference although the figures look right.
+        let checks = storm(100, Some(100), Some(&audit(Some(100), 100, &["the ledger holds 1 unit"])), all);
+        assert_eq!(failing(&checks), [STORM_AUDIT]);
+        assert!(checks[1].detail.contains("the ledger holds 1 unit"), "{checks:#?}");
+        // Calls that failed are failed checks.
+        assert_eq!(failing(&storm(100, None, None, all)), [STORM_STOCK_BACK, STORM_AUDIT]);
+
+        // One buyer refused, or one accepted buy that did not end in success; nobody tried.
+        for rebuy in [
+            Rebuy { sample: 10, accepted: 9, success: 9 },
+            Rebuy { sample: 10, accepted: 10, success: 9 },
+            Rebuy::default(),
+        ] {
+            let checks = storm(100, Some(100), Some(&audit(Some(100), 100, &[])), rebuy);
+            assert_eq!(failing(&checks), [STORM_REBUY], "{rebuy:?}");
+        }
+    }
+
+    #[test]
+    fn prefixed_checks_say_what_they_were_about() {
+        let checks = prefixed("spike during the storm", &check(&clean_sale(10, 5), 5, Some(0)));
+        assert_eq!(checks[0].name, format!("spike during the storm: {NOBODY_TWICE}"));
+        assert!(checks.iter().all(|c| c.ok));
     }
 
     #[test]

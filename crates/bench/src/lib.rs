@@ -1,7 +1,8 @@
 //! seckill-bench: the load tool of the seckill system.
 //!
 //! It drives a running system through the gateway like real buyers (named scenarios: `seed`,
-//! `spike`, `sold-out`, `hot-user`, `drain`), checks the sale's invariants from outside, and
+//! `spike`, `sold-out`, `hot-user`, `drain`; `storm`, every unpaid order of a sale expiring at
+//! once while a spike runs), checks the sale's invariants from outside, and
 //! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
 //! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
@@ -27,4 +28,5 @@ pub mod report;
 pub mod scenario;
 pub mod signal;
 pub mod stats;
+pub mod storm;
 pub mod sync;

@@ -16,7 +16,9 @@ use crate::invariants::Check;
 use crate::machine::{MachineFacts, ProcCpu};
 use crate::memory::ProcMemory;
 use crate::record::Call;
-use crate::report::{BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report};
+use crate::report::{
+    BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report, StormSummary,
+};
 use crate::stats::CallStats;
 use crate::sync::SyncSummary;
 
@@ -52,6 +54,8 @@ pub mod names {
     pub const OVERLOAD: &str = "overload";
     /// The synchronous design: one transaction per buy on the same PostgreSQL.
     pub const SYNC: &str = "sync";
+    /// Every unpaid order of a sale expiring at once, a spike running meanwhile.
+    pub const STORM: &str = "storm";
 }
 
 /// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
@@ -307,6 +311,8 @@ pub fn targets(c: &Collected) -> Vec<Target> {
         None => missing("drain: the consumer on a backlog", ">= 10,000"),
     });
 
+    t.extend(storm(c));
+
     t.push(match c.report(SEED) {
         Some((s, _)) => {
             let within = s.drain.as_ref().and_then(|d| d.all_answered_within_s);
@@ -494,6 +500,74 @@ fn overload(c: &Collected) -> [Target; 3] {
     ]
 }
 
+/// The expiry storm's targets: how fast the expired units come back, and what a spike gets
+/// meanwhile against the same spike on the quiet system.
+fn storm(c: &Collected) -> [Target; 2] {
+    const RATE: &str = ">= 10,000";
+    const RATIO: &str = ">= 0.8";
+    let Some(s) = c.report(names::STORM).and_then(|(r, _)| r.storm.as_ref()) else {
+        return [
+            missing("expiry storm: unpaid orders all expiring at once, units back in Redis per second", RATE),
+            missing("spike during the expiry storm vs the same spike without it, accepted buys/s", RATIO),
+        ];
+    };
+    let back = |secs: Option<f64>, per_sec: Option<f64>| match secs.zip(per_sec) {
+        Some((s, r)) => format!("after {s:.2} s, {} /s", n0(r)),
+        None => "not all within the timeout".into(),
+    };
+    [
+        Target {
+            what: format!(
+                "expiry storm: {} unpaid orders (TTL {} s) all expiring at once (order-service stopped while they came \
+                 due, resumed {:.0} s after the last did), units back in Redis per second from the resume (order-service \
+                 expires, stock-service gives back, seckill-service restocks)",
+                n0(s.orders as f64),
+                s.order_ttl_secs,
+                s.margin_secs
+            ),
+            measured: match s.redis_per_sec {
+                Some(v) => format!(
+                    "{} expiries/s (every unit back in Redis {}; in PostgreSQL {})",
+                    n0(v),
+                    back(s.redis_secs, s.redis_per_sec),
+                    back(s.db_secs, s.db_per_sec)
+                ),
+                None => format!(
+                    "units not all back in Redis within the timeout (in PostgreSQL {})",
+                    back(s.db_secs, s.db_per_sec)
+                ),
+            },
+            against: String::new(),
+            ratio: None,
+            goal: RATE.into(),
+            met: Some(s.redis_per_sec.is_some_and(|v| v >= 10_000.0)),
+        },
+        Target {
+            what: format!(
+                "spike during the expiry storm ({} users, {} units, started at the resume) vs the same spike on the \
+                 quiet system, accepted buys/s",
+                n0(s.during.users as f64),
+                n0(s.during.stock as f64)
+            ),
+            measured: format!(
+                "{} /s (clicks answered {} /s, order p99 {})",
+                n0(s.during.accepted_per_sec),
+                n0(s.during.clicks_per_sec),
+                s.during.order_p99_ms.map_or("-".into(), |v| format!("{v:.1} ms"))
+            ),
+            against: format!(
+                "without {} /s (clicks answered {} /s, ratio {})",
+                n0(s.baseline.accepted_per_sec),
+                n0(s.baseline.clicks_per_sec),
+                s.clicks_ratio.map_or("-".into(), |r| format!("{r:.2}"))
+            ),
+            ratio: s.accepted_ratio,
+            goal: RATIO.into(),
+            met: Some(s.accepted_ratio.is_some_and(|r| r >= 0.8)),
+        },
+    ]
+}
+
 /// The largest resident memory of any service process (a service or a replica of it, the
 /// bench's extra gateways included) over every measurement of the run: the RSS sampled during
 /// each, and the kernel's high-water mark (VmHWM) at its end, which catches a peak between
@@ -585,6 +659,8 @@ struct Page<'a> {
     limits: Limits,
     shared_limits: SharedLimits<'a>,
     cpu_by_measurement: Vec<NamedCpu<'a>>,
+    /// The order TTL order-service was restarted with for the storm, when it ran.
+    storm_ttl_secs: Option<u64>,
     /// Tool versions, `|` kept out of the table.
     versions: Vec<(String, String)>,
     commands: Vec<String>,
@@ -609,6 +685,10 @@ impl<'a> Page<'a> {
                 .iter()
                 .filter_map(|(name, runs)| Some(NamedCpu { name, cpu: CpuView::of(runs.first()?)? }))
                 .collect(),
+            storm_ttl_secs: c
+                .report(names::STORM)
+                .and_then(|(r, _)| r.storm.as_ref())
+                .map(|s| s.order_ttl_secs),
             versions,
             commands: commands(c),
             run,
@@ -809,6 +889,8 @@ struct ScenarioView<'a> {
     drain: Option<&'a DrainSummary>,
     /// `sync`: its answers and the database's figures.
     sync: Option<&'a SyncSummary>,
+    /// `storm`: the expiries, the spikes with and without them, the buyers buying again.
+    storm: Option<&'a StormSummary>,
     duration_secs: f64,
     memory: &'a [ProcMemory],
     cpu: Option<CpuView<'a>>,
@@ -834,6 +916,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
         ACCEPT_AT_RATE,
         ACCEPT_SUSTAINED,
         OVERLOAD,
+        STORM,
     ];
     let mut names: Vec<&String> =
         c.reports.iter().filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO)).map(|(n, _)| n).collect();
@@ -857,6 +940,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
                     .and_then(|d| d.all_answered_within_s),
                 drain: r.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0),
                 sync: r.sync.as_ref(),
+                storm: r.storm.as_ref(),
                 duration_secs: r.duration_secs,
                 memory: &r.memory,
                 cpu: CpuView::of(r),
@@ -1225,6 +1309,7 @@ mod tests {
             buy: None,
             drain: None,
             sync: None,
+            storm: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -1276,6 +1361,8 @@ mod tests {
                 ">= 0.8",
                 ">= 0.5",
                 ">= 10,000",
+                ">= 10,000",
+                ">= 0.8",
                 "<= 0.25 s",
                 "<= 100 MiB"
             ],
@@ -1518,6 +1605,93 @@ mod tests {
         assert_eq!(row(&t, "overload: order p99").met, Some(false));
         let inv = row(&t, "overload: invariants");
         assert_eq!((inv.measured.as_str(), inv.met), ("broken: one order per user", Some(false)));
+    }
+
+    /// A storm run: every unit back in Redis after `redis_s` seconds, the spike during it at
+    /// `during` accepted/s against 2,000 without.
+    fn storm_report(redis_s: Option<f64>, during: f64) -> Report {
+        use crate::report::SpikeFigures;
+        let mut r = report(KIND_SCENARIO, names::STORM, "order", during);
+        let spike = |accepted: f64, clicks: f64| SpikeFigures {
+            goods_id: 3,
+            users: 20_000,
+            stock: 1_000,
+            accepted_per_sec: accepted,
+            clicks_per_sec: clicks,
+            order_p99_ms: Some(80.0),
+            load_secs: 5.0,
+        };
+        r.storm = Some(StormSummary {
+            goods_id: 2,
+            orders: 50_000,
+            order_ttl_secs: 60,
+            buy_accepted_per_sec: 3_000.0,
+            buy_secs: Some(19.5),
+            paused_secs: 21.0,
+            margin_secs: 2.0,
+            db_secs: redis_s.map(|s| s - 0.5),
+            redis_secs: redis_s,
+            db_per_sec: StormSummary::per_sec(50_000, redis_s.map(|s| s - 0.5)),
+            redis_per_sec: StormSummary::per_sec(50_000, redis_s),
+            baseline: spike(2_000.0, 4_000.0),
+            during: spike(during, 3_000.0),
+            accepted_ratio: StormSummary::ratio(during, 2_000.0),
+            clicks_ratio: Some(0.75),
+            rebuy_sample: 1_000,
+            rebuy_accepted: 1_000,
+            rebuy_success: 1_000,
+        });
+        r
+    }
+
+    #[test]
+    fn the_expiry_storm_is_held_to_ten_thousand_a_second_and_the_spike_to_four_fifths() {
+        let mut c = Collected::default();
+        let (rate, spike) = ("expiry storm:", "spike during the expiry storm");
+        assert_eq!((row(&targets(&c), rate).met, row(&targets(&c), spike).met), (None, None));
+
+        c.reports.insert(names::STORM.into(), vec![storm_report(Some(5.0), 1_600.0)]);
+        let t = targets(&c);
+        let r = row(&t, "expiry storm: 50,000 unpaid orders (TTL 60 s) all expiring at once");
+        assert_eq!(
+            (r.measured.as_str(), r.goal.as_str(), r.met),
+            (
+                "10,000 expiries/s (every unit back in Redis after 5.00 s, 10,000 /s; in PostgreSQL after 4.50 s, 11,111 /s)",
+                ">= 10,000",
+                Some(true)
+            )
+        );
+        let s = row(&t, "spike during the expiry storm (20,000 users, 1,000 units");
+        assert_eq!((s.ratio, s.goal.as_str(), s.met), (Some(0.8), ">= 0.8", Some(true)));
+        assert_eq!(s.measured, "1,600 /s (clicks answered 3,000 /s, order p99 80.0 ms)");
+        assert_eq!(s.against, "without 2,000 /s (clicks answered 4,000 /s, ratio 0.75)");
+        // The median of repeated runs is by the storm's rate.
+        assert_eq!(c.report(names::STORM).unwrap().0.primary(), 10_000.0);
+
+        let md = render(&c).unwrap();
+        assert!(md.contains("### storm\n"), "{md}");
+        assert!(md.contains("after 5.000 s, **10,000 expiries/s**"), "{md}");
+        assert!(md.contains("(**0.80 x** the accepted rate, 0.75 x the clicks)"), "{md}");
+        assert!(
+            md.contains("1,000 of the expired buyers bought again: 1,000 accepted (202), 1,000 success"),
+            "{md}"
+        );
+        assert!(md.contains("phase C (storm) as phase B, with order-service restarted alone with `SECKILL__ORDER__TTL_SECS=60`"), "{md}");
+
+        // Slower, or never done within the timeout; a spike slowed down more.
+        c.reports.insert(names::STORM.into(), vec![storm_report(Some(71.0), 1_599.0)]);
+        let t = targets(&c);
+        assert!(row(&t, rate).measured.starts_with("704 expiries/s"), "{:?}", row(&t, rate));
+        assert_eq!((row(&t, rate).met, row(&t, spike).met), (Some(false), Some(false)));
+        c.reports.insert(names::STORM.into(), vec![storm_report(None, 1_600.0)]);
+        let r = row(&targets(&c), rate).clone();
+        assert_eq!(
+            (r.measured.as_str(), r.met),
+            (
+                "units not all back in Redis within the timeout (in PostgreSQL not all within the timeout)",
+                Some(false)
+            )
+        );
     }
 
     #[test]

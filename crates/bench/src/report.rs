@@ -40,6 +40,9 @@ pub struct Report {
     /// The `sync` scenario's answers and database figures.
     #[serde(default)]
     pub sync: Option<SyncSummary>,
+    /// The `storm` scenario's figures: the expiries, and the spikes with and without them.
+    #[serde(default)]
+    pub storm: Option<StormSummary>,
     #[serde(default)]
     pub invariants: Vec<Check>,
     #[serde(default)]
@@ -160,6 +163,82 @@ pub struct DrainSummary {
     pub backlog_at_load_end: u64,
 }
 
+/// An expiry storm: a sale of `orders` units bought by as many users, whose unpaid orders all
+/// came due while order-service was stopped, and what the system did once it was resumed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StormSummary {
+    pub goods_id: i64,
+    /// Orders that expired together (one unit each).
+    pub orders: u64,
+    pub order_ttl_secs: u64,
+    /// The buyers of the sale, before the storm: order calls answered 202 per second, and the
+    /// first request to the last result seen final.
+    pub buy_accepted_per_sec: f64,
+    pub buy_secs: Option<f64>,
+    /// How long order-service was held stopped: from just before the first order came due to
+    /// `margin_secs` after the last one did.
+    pub paused_secs: f64,
+    pub margin_secs: f64,
+    /// From the resume to every unit back in PostgreSQL (`GET /api/goods/{id}`, polled every
+    /// 50 ms) and in Redis (the admin audit, every 250 ms); `None`: not within the timeout.
+    pub db_secs: Option<f64>,
+    pub redis_secs: Option<f64>,
+    /// Expiries per second: `orders` over those times.
+    pub db_per_sec: Option<f64>,
+    pub redis_per_sec: Option<f64>,
+    /// The same spike on the quiet system, and started at the resume.
+    pub baseline: SpikeFigures,
+    pub during: SpikeFigures,
+    /// `during` over `baseline`: accepted buys/s and clicks answered/s.
+    pub accepted_ratio: Option<f64>,
+    pub clicks_ratio: Option<f64>,
+    /// Expired buyers who bought again afterwards: how many tried, were accepted, ended in success.
+    pub rebuy_sample: u64,
+    pub rebuy_accepted: u64,
+    pub rebuy_success: u64,
+}
+
+impl StormSummary {
+    /// `units` over `secs`, when some time passed.
+    pub fn per_sec(units: u64, secs: Option<f64>) -> Option<f64> {
+        secs.filter(|s| *s > 0.0).map(|s| units as f64 / s)
+    }
+
+    /// `during` over `baseline`, when the baseline measured something.
+    pub fn ratio(during: f64, baseline: f64) -> Option<f64> {
+        (baseline > 0.0).then(|| during / baseline)
+    }
+}
+
+/// One spike's figures, for comparing the spike during the storm with the one without.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpikeFigures {
+    pub goods_id: i64,
+    pub users: u64,
+    pub stock: i64,
+    /// Order calls answered 202 per second, over their own window.
+    pub accepted_per_sec: f64,
+    /// Clicks that ended (accepted or refused) per second of load.
+    pub clicks_per_sec: f64,
+    pub order_p99_ms: Option<f64>,
+    pub load_secs: f64,
+}
+
+impl SpikeFigures {
+    pub fn of(r: &Report) -> Self {
+        let buy = r.buy.clone().unwrap_or_default();
+        Self {
+            goods_id: buy.goods_id,
+            users: buy.users,
+            stock: buy.stock,
+            accepted_per_sec: r.drain.as_ref().map_or(0.0, |d| d.accepted_per_sec),
+            clicks_per_sec: if r.duration_secs > 0.0 { buy.clicks as f64 / r.duration_secs } else { 0.0 },
+            order_p99_ms: r.row("order", "all").map(|x| x.latency.p99_ms),
+            load_secs: r.duration_secs,
+        }
+    }
+}
+
 impl Report {
     pub fn row(&self, call: &str, outcome: &str) -> Option<&CallStats> {
         self.calls.iter().find(|r| r.call == call && r.outcome == outcome)
@@ -176,6 +255,9 @@ impl Report {
 
     /// The one figure a repeated measurement is compared by (its median is reported).
     pub fn primary(&self) -> f64 {
+        if let Some(s) = &self.storm {
+            return s.redis_per_sec.unwrap_or(0.0);
+        }
         if self.kind == KIND_SCENARIO && self.name.starts_with("drain") {
             return self.drain.as_ref().and_then(|d| d.orders_per_sec).unwrap_or(0.0);
         }
@@ -206,6 +288,7 @@ impl Report {
             buy: None,
             drain: None,
             sync: None,
+            storm: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -328,6 +411,9 @@ impl Report {
                 s.total
             );
         }
+        if let Some(s) = &self.storm {
+            out.push_str(&storm_lines(s));
+        }
         if !self.memory.is_empty() {
             let m: Vec<String> = self
                 .memory
@@ -357,6 +443,58 @@ impl Report {
         }
         out
     }
+}
+
+/// The storm's figures as text (the calls table above them is the spike's during the storm).
+fn storm_lines(s: &StormSummary) -> String {
+    let secs = |v: Option<f64>| v.map_or("- (not within the timeout)".into(), |v| format!("{v:.2} s"));
+    let rate = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+    let ratio = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    let spike = |f: &SpikeFigures| {
+        format!(
+            "sale {}, {} users for {} units: {:.0} accepted/s, {:.0} clicks answered/s, order p99 {}",
+            f.goods_id,
+            f.users,
+            f.stock,
+            f.accepted_per_sec,
+            f.clicks_per_sec,
+            f.order_p99_ms.map_or("-".into(), |v| format!("{v:.1} ms"))
+        )
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "storm: sale {}, {} orders (TTL {} s; bought at {:.0} accepted/s, all final within {}); order-service stopped {:.1} s, resumed {:.1} s after the last came due",
+        s.goods_id,
+        s.orders,
+        s.order_ttl_secs,
+        s.buy_accepted_per_sec,
+        secs(s.buy_secs),
+        s.paused_secs,
+        s.margin_secs
+    );
+    let _ = writeln!(
+        out,
+        "storm: every unit back in PostgreSQL after {} ({} expiries/s), in Redis after {} ({} expiries/s)",
+        secs(s.db_secs),
+        rate(s.db_per_sec),
+        secs(s.redis_secs),
+        rate(s.redis_per_sec)
+    );
+    let _ = writeln!(out, "spike without the storm: {}", spike(&s.baseline));
+    let _ = writeln!(
+        out,
+        "spike during the storm:  {}; ratio {} accepted, {} clicks",
+        spike(&s.during),
+        ratio(s.accepted_ratio),
+        ratio(s.clicks_ratio)
+    );
+    let _ = writeln!(
+        out,
+        "bought again: {} expired buyers, {} accepted (202), {} success",
+        s.rebuy_sample, s.rebuy_accepted, s.rebuy_success
+    );
+    out
 }
 
 /// The per call and outcome table.

@@ -108,6 +108,9 @@ pub struct ScenarioConfig {
     /// Processes stopped (SIGSTOP) while the load runs and resumed (SIGCONT) when it ends:
     /// the order-service, to pile up a backlog and time the consumer on it alone.
     pub pause_pids: Vec<u32>,
+    /// Buy on this existing sale instead of creating one (`stock` is then its units, for the
+    /// checks): the expiry storm's buyers buying again.
+    pub sale: Option<i64>,
     /// How long to keep polling after the load ended.
     pub final_timeout: Duration,
     pub request_timeout: Duration,
@@ -147,6 +150,7 @@ impl ScenarioConfig {
             poll_during_load: scenario != Scenario::Drain,
             order_samples: 200,
             pause_pids: Vec::new(),
+            sale: None,
             final_timeout: Duration::from_secs(if scenario == Scenario::Drain { 180 } else { 60 }),
             request_timeout: Duration::from_secs(10),
             progress: true,
@@ -362,12 +366,44 @@ struct WorkerOut {
 
 /// Runs a scenario against a running system and returns its report.
 pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
+    let prepared = prepare(cfg).await?;
+    Ok(run_prepared(cfg, prepared).await?.0)
+}
+
+/// A scenario set up and ready to start its clock: the expiry storm prepares its spike first,
+/// then starts it at the instant it resumes the order-service.
+pub(crate) struct Prepared {
+    sale: Sale,
+    clicking: Clicking,
+}
+
+impl Prepared {
+    /// Opens every connection afresh, uncounted. A server drops a connection that carried no
+    /// request for a few seconds (actix's client request timeout), so a scenario prepared well
+    /// before its clock starts would otherwise reconnect on its first clicks, on the clock.
+    pub(crate) async fn reopen(&mut self) -> anyhow::Result<()> {
+        for conn in self.clicking.conns.iter_mut().chain(&mut self.clicking.poll_conns) {
+            conn.connect().await.with_context(|| format!("connecting to {}", conn.endpoint().addr()))?;
+            conn.reconnects = 0;
+        }
+        Ok(())
+    }
+}
+
+/// Everything before the clock ([`set_up`]).
+pub(crate) async fn prepare(cfg: &ScenarioConfig) -> anyhow::Result<Prepared> {
     if cfg.users == 0 || cfg.connections == 0 {
         bail!("users and connections must be at least 1");
     }
     let (sale, clicking) = set_up(cfg).await?;
-    let timed = run_timed_phase(cfg, &sale, clicking).await?;
-    report_run(cfg, sale, timed).await
+    Ok(Prepared { sale, clicking })
+}
+
+/// The clock and the report of a prepared scenario, with every call's event (times from the
+/// clock's start, the report's `started_at`).
+pub(crate) async fn run_prepared(cfg: &ScenarioConfig, p: Prepared) -> anyhow::Result<(Report, Vec<Event>)> {
+    let timed = run_timed_phase(cfg, &p.sale, p.clicking).await?;
+    report_run(cfg, p.sale, timed).await
 }
 
 /// The sale under test and what the run learns about its users.
@@ -400,11 +436,17 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
     let click_endpoints =
         cfg.click_gateways().iter().map(|g| Endpoint::parse(g)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut admin = Conn::new(endpoint.clone(), cfg.request_timeout);
-    let admin_token = dev_token(&mut admin, 1, "admin").await?;
-    let label = format!("bench {}", cfg.name);
-    let goods =
-        create_sale(&mut admin, &admin_token, &label, cfg.stock, chrono::Duration::seconds(5)).await?;
-    let goods_id = goods.id.get();
+    let goods_id = match cfg.sale {
+        Some(g) => g,
+        None => {
+            let admin_token = dev_token(&mut admin, 1, "admin").await?;
+            let label = format!("bench {}", cfg.name);
+            let goods =
+                create_sale(&mut admin, &admin_token, &label, cfg.stock, chrono::Duration::seconds(5))
+                    .await?;
+            goods.id.get()
+        }
+    };
     let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
     let tokens = Arc::new(mint_tokens(&endpoint, &user_ids, cfg).await?);
     let mut conns = open_spread(&click_endpoints, cfg.connections, cfg.request_timeout).await?;
@@ -607,7 +649,11 @@ async fn await_final_results(
 
 /// After the clock: what each user saw folded, the sale read back, the invariants checked and
 /// the figures summed up.
-async fn report_run(cfg: &ScenarioConfig, mut sale: Sale, timed: Timed) -> anyhow::Result<Report> {
+async fn report_run(
+    cfg: &ScenarioConfig,
+    mut sale: Sale,
+    timed: Timed,
+) -> anyhow::Result<(Report, Vec<Event>)> {
     fold_outcomes(&mut sale.buyers, &timed.clicks, &timed.polled);
     let g = sale.goods_id;
     let stock_available = match goods_now(&mut sale.admin, g).await {
@@ -645,7 +691,7 @@ async fn report_run(cfg: &ScenarioConfig, mut sale: Sale, timed: Timed) -> anyho
     if timed.cpu.disturbed {
         notes.push(timed.cpu.disturbance());
     }
-    Ok(Report {
+    let report = Report {
         kind: KIND_SCENARIO.into(),
         name: cfg.name.clone(),
         started_at: report::rfc3339(timed.t0_wall),
@@ -656,12 +702,14 @@ async fn report_run(cfg: &ScenarioConfig, mut sale: Sale, timed: Timed) -> anyho
         buy: Some(buy),
         drain: Some(drain),
         sync: None,
+        storm: None,
         invariants: checks,
         memory: timed.memory,
         cpu: Some(timed.cpu),
         timeline,
         notes,
-    })
+    };
+    Ok((report, all_events))
 }
 
 fn secs(us: u32) -> f64 {
@@ -850,10 +898,10 @@ fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -> serde_jso
 
 /// Processes held stopped while the load runs; resumed by [`Paused::resume`] or on drop,
 /// whatever happens to the run.
-struct Paused(Vec<u32>);
+pub(crate) struct Paused(Vec<u32>);
 
 impl Paused {
-    fn stop(pids: &[u32]) -> anyhow::Result<Self> {
+    pub(crate) fn stop(pids: &[u32]) -> anyhow::Result<Self> {
         let mut paused = Self(Vec::new());
         for pid in pids {
             signal::send(*pid, Signal::STOP)?;
@@ -862,7 +910,7 @@ impl Paused {
         Ok(paused)
     }
 
-    fn resume(&mut self) {
+    pub(crate) fn resume(&mut self) {
         for pid in self.0.drain(..) {
             if let Err(e) = signal::send(pid, Signal::CONT) {
                 eprintln!("seckill-bench: could not resume pid {pid}: {e:#}");
@@ -1405,7 +1453,8 @@ pub(crate) async fn create_sale(
     Ok(serde_json::from_slice(&a.body)?)
 }
 
-async fn goods_now(conn: &mut Conn, g: i64) -> anyhow::Result<Goods> {
+/// `GET /api/goods/{g}`: the sale as the authority (stock-service) has it.
+pub(crate) async fn goods_now(conn: &mut Conn, g: i64) -> anyhow::Result<Goods> {
     let a = conn.send(Req::get(&format!("/api/goods/{g}"))).await;
     if a.status != 200 {
         bail!("HTTP {}", a.status);
