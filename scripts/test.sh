@@ -59,12 +59,21 @@ fault_checks() {
     bash "$SECKILL_ROOT/scripts/faults.sh" --quick
 }
 
+# Each step says how long it took: a slow CI run shows where its minutes went.
+timed() { # timed LABEL COMMAND...
+    local label=$1 started=$SECONDS rc=0
+    shift
+    "$@" || rc=$?
+    seckill_say "$label: $((SECONDS - started)) s"
+    return "$rc"
+}
+
 status=0
-run_tests "$@" || status=$?
+timed "tests (build and run)" run_tests "$@" || status=$?
 if ((status == 0)); then
-    deployment_checks || status=$?
+    timed "deployment checks" deployment_checks || status=$?
 fi
 if ((status == 0 && $# == 0)); then
-    fault_checks || status=$?
+    timed "fault suite (quick)" fault_checks || status=$?
 fi
 exit "$status"
