@@ -10,9 +10,9 @@
 #      crates/deploy-check: every environment the deployment files give a service, read by that
 #      service's own settings loader and validation.
 #   4. the deployment checks (scripts/check-deploy.sh), then the fast cases of the fault suite
-#      (scripts/faults.sh --quick: a release build, private servers, kill -9 of order-service and
-#      a Redis FLUSHALL with requests queued); the fault cases only on a whole run, not when
-#      arguments select tests.
+#      (scripts/faults.sh --quick on the debug binaries: private servers, kill -9 of
+#      order-service, a Redis FLUSHALL with requests queued, replicas killed); the fault cases
+#      only on a whole run, not when arguments select tests.
 # Extra arguments go to the test runner unchanged, e.g.
 #   scripts/test.sh -p stock-service            (either runner)
 #   scripts/test.sh -E 'test(oversell)'         (nextest filter)
@@ -53,9 +53,19 @@ export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
 export SECKILL_TEST_AMQP_URL=$SECKILL_AMQP_URL
 
 # The fault suite's fast cases: scripts/faults.sh --quick (its own private servers; the ones above
-# are not touched). Returns non-zero when a case broke an invariant.
+# are not touched), on the debug binaries the tests just built (what they check is what
+# survives a failure, not speed; a release build would add minutes to every run, and
+# scripts/faults.sh run alone uses one). FAULTS_BIN_DIR set by the caller wins. Returns
+# non-zero when a case broke an invariant.
 fault_checks() {
-    seckill_say "bash scripts/faults.sh --quick"
+    if [[ -z ${FAULTS_BIN_DIR:-} ]]; then
+        seckill_say "cargo build --bins (the fault suite's binaries)"
+        cargo build --bins || return 1
+        local dir=${CARGO_TARGET_DIR:-target}/debug
+        [[ $dir == /* ]] || dir=$SECKILL_ROOT/$dir
+        export FAULTS_BIN_DIR=$dir
+    fi
+    seckill_say "FAULTS_BIN_DIR=$FAULTS_BIN_DIR bash scripts/faults.sh --quick"
     bash "$SECKILL_ROOT/scripts/faults.sh" --quick
 }
 
