@@ -3,11 +3,11 @@
 //! tells them it is on sale again. Each replica hears both on its own exclusive queue. Losing a
 //! broadcast costs at most `seckill.sold_out_recheck_ms`: the flag re-checks Redis by itself.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use actix_web::web;
 use lapin::BasicProperties;
-use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode, decode_releases};
+use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode, decode_releases, distinct_releases};
 use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::consumer::Inbox;
@@ -71,9 +71,7 @@ pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow
     let Some(&(last, _)) = good.last() else {
         return Ok(());
     };
-    let mut distinct = HashSet::new();
-    let all: Vec<Release> =
-        good.iter().flat_map(|(_, r)| r).filter(|r| distinct.insert(r.order_key)).copied().collect();
+    let all = distinct_releases(good.iter().map(|(_, r)| r));
     match restock(&state, &all).await {
         Ok(()) => inbox.ack_through(last).await?,
         Err(e) if seckill_infra::is_outage(&e) => {

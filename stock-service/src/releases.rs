@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use futures_util::future::try_join_all;
 use lapin::BasicProperties;
 use lapin::message::Delivery;
-use seckill_common::amqp::{AmqpNames, Release, decode_releases, release_bodies};
+use seckill_common::amqp::{AmqpNames, Release, decode_releases, distinct_releases, release_bodies};
 use seckill_common::trust::Peer;
 use seckill_db::PgPool;
 use seckill_infra::amqp::Publisher;
@@ -45,9 +45,7 @@ impl ReleaseHandler {
         let Some(&(last, _)) = good.last() else {
             return Ok(());
         };
-        let mut distinct = HashSet::new();
-        let all: Vec<Release> =
-            good.iter().flat_map(|(_, r)| r).filter(|r| distinct.insert(r.order_key)).copied().collect();
+        let all = distinct_releases(good.iter().map(|(_, r)| r));
         match self.release(&all).await {
             Ok(released) => {
                 tracing::info!(

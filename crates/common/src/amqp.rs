@@ -220,6 +220,13 @@ pub fn decode_releases(body: &[u8]) -> Result<Vec<Release>, String> {
     decode_one_or_batch::<ReleaseBatch>(body)
 }
 
+/// Each release of `messages` once (the first copy of each order key), in order: the messages a
+/// consumer has in hand may carry the same release twice.
+pub fn distinct_releases<'a>(messages: impl IntoIterator<Item = &'a Vec<Release>>) -> Vec<Release> {
+    let mut seen = std::collections::HashSet::new();
+    messages.into_iter().flatten().filter(|r| seen.insert(r.order_key)).copied().collect()
+}
+
 /// What one seckill-service replica tells the others through the fanout exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -408,6 +415,8 @@ mod tests {
         let back: Vec<Release> = bodies.iter().flat_map(|b| decode_releases(b).unwrap()).collect();
         assert_eq!(back, many);
         assert!(release_bodies(&[]).unwrap().is_empty());
+        let copies = [vec![release(1), release(2), release(1)], vec![release(2), release(3)]];
+        assert_eq!(distinct_releases(&copies), vec![release(1), release(2), release(3)]);
 
         let refuse = |body: &str| decode_releases(body.as_bytes()).unwrap_err();
         assert!(refuse(r#"{"v":2,"releases":[]}"#).contains("batch of 0"));
