@@ -311,6 +311,29 @@ HOP_PIDS=(--pid "gateway-hop=$(cat "$BDIR/gateway-hop.pid")" --pid "upstream=$(c
 
 # Gateways with the system gateway's settings, as up.sh starts it (its Redis, the key prefix
 # exported above: their limits share the system gateway's buckets), on their own ports.
+# Restarts one of up.sh's services alone with extra settings (VAR=value...): the same binary,
+# config file, servers and scratch names; its pid goes back to run/NAME.pid and its old log to
+# run/NAME.log.1. SECTIONS are its settings' sections: the caller's other SECKILL__* variables
+# would stop it at start (foreign_env).
+restart_service() { # restart_service NAME "SECTIONS" DEFAULT_PORT VAR=value...
+    local name=$1 sections=$2 default_port=$3 port
+    local -a unset shown=()
+    shift 3
+    local a
+    for a in "$@"; do shown+=("${a%%=*}=$(seckill_redact "${a#*=}")"); done
+    say "restarting $name with ${shown[*]}"
+    stop_pidfile "run/$name.pid" "$name"
+    mapfile -t unset < <(foreign_env "$sections")
+    [[ -e run/$name.log ]] && mv -f "run/$name.log" "run/$name.log.1"
+    nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${unset[@]}" \
+        "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" \
+        "SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX" "SECKILL__AMQP__PREFIX=$AMQP_PREFIX" "$@" \
+        "$BIN_DIR/$name" </dev/null >"run/$name.log" 2>&1 &
+    echo $! >"run/$name.pid"
+    port=$(toml_value "config/$name.toml" http port)
+    wait_http "http://127.0.0.1:${port:-$default_port}/readyz" "$(cat "run/$name.pid")" "$name"
+}
+
 start_shared_gateway() { # start_shared_gateway NAME PORT ADMIN_PORT [VAR=value...]
     local name=$1 port=$2 admin=$3
     shift 3
@@ -373,18 +396,7 @@ measure hot-user-two-gateways hot-user --name hot-user-two-gateways --gateway "$
     --json "$OUT/hot-user-two-gateways.json"
 
 # Phase B: seckill-service without path tokens (the accepted-buys figures need it).
-say "restarting seckill-service with SECKILL__SECKILL__REQUIRE_TOKEN=false"
-stop_pidfile run/seckill-service.pid seckill-service
-mapfile -t UNSET < <(foreign_env "http log redis amqp upstreams seckill")
-[[ -e run/seckill-service.log ]] && mv -f run/seckill-service.log run/seckill-service.log.1
-nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${UNSET[@]}" \
-    "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" \
-    "SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX" "SECKILL__AMQP__PREFIX=$AMQP_PREFIX" \
-    SECKILL__SECKILL__REQUIRE_TOKEN=false \
-    "$BIN_DIR/seckill-service" </dev/null >run/seckill-service.log 2>&1 &
-echo $! >run/seckill-service.pid
-SECKILL_PORT=$(toml_value config/seckill-service.toml http port)
-wait_http "http://127.0.0.1:${SECKILL_PORT:-8081}/readyz" "$(cat run/seckill-service.pid)" seckill-service
+restart_service seckill-service "http log redis amqp upstreams seckill" 8081 SECKILL__SECKILL__REQUIRE_TOKEN=false
 
 for i in $(seq 1 "$REPEAT"); do
     measure "gateway-healthz #$i" http --name gateway-healthz --url "$GW/healthz" -c 200 --duration "$SECS" \
@@ -581,18 +593,8 @@ fi
 # hour; seckill-service keeps phase B's settings (no path tokens). The storm stops order-service
 # (SIGSTOP) while those orders come due and resumes it: the clean-up's kill -CONT covers an
 # interrupted run, and its amqp-cleanup deletes the delay queue of this TTL too.
-say "restarting order-service with SECKILL__ORDER__TTL_SECS=$STORM_TTL"
-stop_pidfile run/order-service.pid order-service
-mapfile -t UNSET < <(foreign_env "http log database redis amqp upstreams order trust")
-[[ -e run/order-service.log ]] && mv -f run/order-service.log run/order-service.log.1
-nohup env -u SECKILL_CONFIG -u SECKILL__HTTP__PORT "${UNSET[@]}" \
-    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" \
-    "SECKILL__AMQP__URL=$SECKILL_AMQP_URL" "SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX" \
-    "SECKILL__AMQP__PREFIX=$AMQP_PREFIX" "SECKILL__ORDER__TTL_SECS=$STORM_TTL" \
-    "$BIN_DIR/order-service" </dev/null >run/order-service.log 2>&1 &
-echo $! >run/order-service.pid
-ORDER_PORT=$(toml_value config/order-service.toml http port)
-wait_http "http://127.0.0.1:${ORDER_PORT:-8082}/readyz" "$(cat run/order-service.pid)" order-service
+restart_service order-service "http log database redis amqp upstreams order trust" 8082 \
+    "SECKILL__DATABASE__URL=$SECKILL_PG_URL/$ORDER_DB" "SECKILL__ORDER__TTL_SECS=$STORM_TTL"
 measure storm storm --gateway "$GW" --no-path-token --users "$STORM_USERS" --spike-users "$SPIKE_USERS" \
     --order-ttl-secs "$STORM_TTL" --pause-pid "$(cat run/order-service.pid)" --first-user 8000000 \
     --json "$OUT/storm.json" --chart "$OUT/storm.svg"
