@@ -143,7 +143,7 @@ fn record(report: &BatchReport) {
     metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
 }
 
-/// Most orders one expiry statement takes (and one `mark_release_sent`): a storm's expiries go
+/// Most orders one expiry statement takes: a storm's expiries go
 /// through in statements of this many, each followed by its releases.
 const EXPIRE_CHUNK: usize = 5_000;
 
@@ -195,15 +195,26 @@ pub async fn handle_expiries(
     Ok(())
 }
 
-/// Expires those of `ids` still unpaid and sends their releases. Returns how many expired.
+/// Expires those of `ids` still unpaid and sends their releases, with those of `ids` expired
+/// before (an earlier try of the message may have died before its releases were confirmed).
+/// Returns how many expired now.
 async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, ids: &[OrderId]) -> anyhow::Result<usize> {
     let mut total = 0;
     for chunk in ids.chunks(EXPIRE_CHUNK) {
-        let expired = {
+        let (rows, fresh) = {
             let mut conn = fulfiller.pool().get().await?;
-            transition::expire(&mut conn, chunk).await?
+            let mut rows = transition::expire(&mut conn, chunk).await?;
+            let fresh = rows.len();
+            if fresh < chunk.len() {
+                // The others were paid or cancelled meanwhile, or expired before.
+                let now: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+                let rest: Vec<i64> = chunk.iter().map(|id| id.get()).filter(|id| !now.contains(id)).collect();
+                rows.extend(transition::expired_among(&mut conn, &rest).await?);
+            }
+            (rows, fresh)
         };
-        for row in &expired {
+        let (now, before) = rows.split_at(fresh);
+        for row in now {
             tracing::debug!(
                 order_id = row.id,
                 user_id = row.user_id,
@@ -211,9 +222,13 @@ async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, ids: &[OrderId]) -> 
                 "order expired unpaid"
             );
         }
-        metrics::counter!("order_orders_expired_total").increment(expired.len() as u64);
-        releaser.send(&expired).await?;
-        total += expired.len();
+        if !before.is_empty() {
+            tracing::info!(orders = before.len(), "releases of orders expired before sent again");
+        }
+        metrics::counter!("order_orders_expired_total").increment(fresh as u64);
+        let fresh_ids: Vec<i64> = now.iter().map(|r| r.id).collect();
+        releaser.send_carried(&rows, &fresh_ids).await?;
+        total += fresh;
     }
     Ok(total)
 }

@@ -243,7 +243,10 @@ pub mod transition {
         .optional()
     }
 
-    /// unpaid -> expired (their delay ran out), for those of `ids` still unpaid.
+    /// unpaid -> expired (their delay ran out), for those of `ids` still unpaid. Their releases
+    /// are not owed to the sweeper (`release_sent_at` is set in the same statement): the expiry
+    /// message in hand carries them, unacked until the broker confirmed them, and a copy of it
+    /// that comes back sends them again ([`expired_among`]). One write of each row, not two.
     pub async fn expire(conn: &mut AsyncPgConnection, ids: &[OrderId]) -> QueryResult<Vec<OrderRow>> {
         let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
         diesel::update(
@@ -251,10 +254,25 @@ pub mod transition {
                 .filter(orders::id.eq_any(ids))
                 .filter(orders::status.eq(OrderStatus::Unpaid.as_str())),
         )
-        .set((orders::status.eq(OrderStatus::Expired.as_str()), orders::updated_at.eq(diesel::dsl::now)))
+        .set((
+            orders::status.eq(OrderStatus::Expired.as_str()),
+            orders::updated_at.eq(diesel::dsl::now),
+            orders::release_sent_at.eq(diesel::dsl::now),
+        ))
         .returning(OrderRow::as_returning())
         .get_results(conn)
         .await
+    }
+
+    /// Those of `ids` already expired: by an earlier try of the same expiry message that may
+    /// have died before its releases were confirmed, or by the sweeper.
+    pub async fn expired_among(conn: &mut AsyncPgConnection, ids: &[i64]) -> QueryResult<Vec<OrderRow>> {
+        orders::table
+            .filter(orders::id.eq_any(ids))
+            .filter(orders::status.eq(OrderStatus::Expired.as_str()))
+            .select(OrderRow::as_select())
+            .load(conn)
+            .await
     }
 
     /// The safety net behind the delay queue: unpaid orders `grace` past their expiry. Rows
@@ -297,6 +315,15 @@ pub mod transition {
     pub async fn mark_release_sent(conn: &mut AsyncPgConnection, ids: &[i64]) -> QueryResult<usize> {
         diesel::update(orders::table.filter(orders::id.eq_any(ids)))
             .set(orders::release_sent_at.eq(diesel::dsl::now))
+            .execute(conn)
+            .await
+    }
+
+    /// Hands the releases of `ids` to the sweeper: their expiry message failed to send them
+    /// and may not come back (out of tries, it goes to the dead letters).
+    pub async fn owe_release(conn: &mut AsyncPgConnection, ids: &[i64]) -> QueryResult<usize> {
+        diesel::update(orders::table.filter(orders::id.eq_any(ids)))
+            .set(orders::release_sent_at.eq(None::<DateTime<Utc>>))
             .execute(conn)
             .await
     }

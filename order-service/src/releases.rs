@@ -1,7 +1,14 @@
 //! Giving units back: the release message of a cancelled or expired order, and the sweeper
-//! that owes nothing for long. The order row is its own outbox: `release_sent_at` is set only
-//! after the broker confirmed the release, so a crash between the status change and the publish
-//! is caught by the sweeper, which also expires overdue orders whose delay message was lost.
+//! that owes nothing for long.
+//!
+//! Who owes a release until the broker confirmed it: for a cancel (and the sweeper's own
+//! expiries) the order row, its own outbox: `release_sent_at` is set only after the confirm, so
+//! a crash between the status change and the publish is caught by the sweeper, which also
+//! expires overdue orders whose delay message was lost. For an expiry, the expiry message: it
+//! stays unacked until its releases are confirmed, and a copy that comes back (redelivered
+//! after a crash, or a retry) sends the releases of its orders already expired again, so the
+//! expiry writes each row once (a storm of them halves its database writes). The ledger at
+//! stock-service takes each order key once, so a release sent twice gives one unit back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +41,44 @@ impl Releaser {
     }
 
     /// Publishes the release of each order (cancelled or expired), confirmed, then records it.
-    /// Many releases travel in a few batch messages (an expiry storm), one in the single form.
     pub async fn send(&self, rows: &[OrderRow]) -> anyhow::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.publish(rows).await?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let mut conn = self.pool.get().await?;
+        transition::mark_release_sent(&mut conn, &ids).await?;
+        Ok(())
+    }
+
+    /// Publishes the releases an expiry message carries: `rows`, of which `fresh` were expired
+    /// by this try (recorded as sent by [`transition::expire`] itself). Nothing to record after.
+    /// If the publish fails, the fresh ones are owed to the sweeper: the message comes back
+    /// and sends them again, unless it ran out of tries.
+    pub async fn send_carried(&self, rows: &[OrderRow], fresh: &[i64]) -> anyhow::Result<()> {
+        let Err(e) = self.publish(rows).await else {
+            return Ok(());
+        };
+        if let Err(also) = self.owe(fresh).await {
+            tracing::warn!(
+                orders = fresh.len(),
+                error = format!("{also:#}"),
+                "releases not handed to the sweeper; the expiry message sends them when it comes back"
+            );
+        }
+        Err(e)
+    }
+
+    async fn owe(&self, ids: &[i64]) -> anyhow::Result<()> {
+        let mut conn = self.pool.get().await?;
+        transition::owe_release(&mut conn, ids).await?;
+        Ok(())
+    }
+
+    /// Publishes the release of each order, confirmed: many travel in a few batch messages (an
+    /// expiry storm), one in the single form.
+    async fn publish(&self, rows: &[OrderRow]) -> anyhow::Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -47,9 +90,6 @@ impl Releaser {
             async move { self.publisher.publish(Peer::Stock, queue, &body, properties).await }
         }))
         .await?;
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let mut conn = self.pool.get().await?;
-        transition::mark_release_sent(&mut conn, &ids).await?;
         metrics::counter!("order_releases_sent_total").increment(rows.len() as u64);
         Ok(())
     }

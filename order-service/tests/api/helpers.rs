@@ -6,13 +6,13 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use redis::AsyncCommands;
 use reqwest::Method;
-use seckill_common::amqp::{AmqpNames, OrderBatch, OrderRequest, Release};
+use seckill_common::amqp::{AmqpNames, OrderBatch, OrderExpiry, OrderRequest, Release, decode_releases};
 use seckill_common::api::{Goods, NewGoods, Order, Role};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings};
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{Epoch, StoredResult};
 use seckill_common::trust::{Peer, SIGNATURE_HEADER};
-use seckill_common::{GoodsId, UserId};
+use seckill_common::{GoodsId, OrderId, UserId};
 use seckill_infra::redis::Scripts;
 use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, keys, redis_url};
 use serde_json::Value;
@@ -29,6 +29,8 @@ pub struct TestApp {
     pub db: TestDb,
     pub redis_keys: RedisKeys,
     pub amqp_names: AmqpNames,
+    /// order-service's broker settings, to declare its queues as it does.
+    pub amqp: AmqpSettings,
     pub _stock_db: TestDb,
     /// Held so this test's Redis keys and queues are deleted when it ends.
     pub _names: TestNames,
@@ -93,6 +95,7 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         ..Default::default()
     };
     configure(&mut settings);
+    let amqp = settings.amqp.clone();
     let service = RunningService::start(move || order_service::startup::build(settings));
     TestApp {
         service,
@@ -101,6 +104,7 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         db,
         redis_keys: RedisKeys::new(redis.key_prefix),
         amqp_names,
+        amqp,
         _stock_db: stock_db,
         _names: names,
         _stock_names: stock_names,
@@ -232,23 +236,15 @@ impl TestApp {
 
     /// Publishes `body` to the orders queue, signed by `from`.
     pub async fn publish_order_body(&self, from: Peer, body: &[u8]) {
-        let signature = keys::trust(from).sign_message(Peer::Order, body);
-        let mut headers = FieldTable::default();
-        headers.insert(SIGNATURE_HEADER.into(), AMQPValue::LongString(signature.into()));
-        let properties = lapin::BasicProperties::default().with_headers(headers).with_delivery_mode(2);
-        let queue = self.amqp_names.orders_queue();
-        wait_for_consumer(&queue).await;
-        let conn =
-            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        channel.confirm_select(Default::default()).await.unwrap();
-        channel
-            .basic_publish("".into(), queue.as_str().into(), Default::default(), body, properties)
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let _ = conn.close(200, "published".into()).await;
+        publish_signed(&self.amqp_names.orders_queue(), from, body).await;
+    }
+
+    /// Publishes an expiry message for `ids` to the expire queue, as order-service's delay
+    /// queue hands it on (signed by order-service itself).
+    pub async fn publish_expiry(&self, ids: &[i64]) {
+        let ids = ids.iter().map(|&id| OrderId::new(id).unwrap()).collect();
+        let body = serde_json::to_vec(&OrderExpiry::new(ids)).unwrap();
+        publish_signed(&self.amqp_names.order_expire_queue(), Peer::Order, &body).await;
     }
 
     /// Units left in the sale's Redis stock.
@@ -318,8 +314,11 @@ impl TestApp {
 
     /// Takes every release waiting in the release queue, each checked to be signed by
     /// order-service for stock-service.
+    /// Releases come one to a message or many in the batch form.
     pub async fn take_releases(&self) -> Vec<Release> {
-        take_signed(&self.amqp_names.stock_release_queue(), Peer::Order, Peer::Stock).await
+        let bodies =
+            take_signed_bodies(&self.amqp_names.stock_release_queue(), Peer::Order, Peer::Stock).await;
+        bodies.iter().flat_map(|b| decode_releases(b).expect("releases of a known form")).collect()
     }
 
     /// Polls the release queue until `n` releases have been taken in all, or `within` passes.
@@ -356,6 +355,26 @@ impl TestApp {
     }
 }
 
+/// Publishes `body` to `queue` (one order-service consumes), signed by `from` for order-service,
+/// and confirmed.
+async fn publish_signed(queue: &str, from: Peer, body: &[u8]) {
+    let signature = keys::trust(from).sign_message(Peer::Order, body);
+    let mut headers = FieldTable::default();
+    headers.insert(SIGNATURE_HEADER.into(), AMQPValue::LongString(signature.into()));
+    let properties = lapin::BasicProperties::default().with_headers(headers).with_delivery_mode(2);
+    wait_for_consumer(queue).await;
+    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(Default::default()).await.unwrap();
+    channel
+        .basic_publish("".into(), queue.into(), Default::default(), body, properties)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let _ = conn.close(200, "published".into()).await;
+}
+
 /// Waits until `queue` exists and order-service consumes it: its consumers declare it once
 /// started, and a message published before then would go nowhere.
 async fn wait_for_consumer(queue: &str) {
@@ -376,4 +395,4 @@ async fn wait_for_consumer(queue: &str) {
     let _ = conn.close(200, "consumer found".into()).await;
 }
 
-pub use seckill_testkit::keys::take_signed;
+use seckill_testkit::keys::take_signed_bodies;

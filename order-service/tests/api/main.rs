@@ -3,6 +3,7 @@
 //! Redis, the signed buy request) and the gateway (the signed identity).
 
 mod batches;
+mod expiry;
 mod fulfil;
 mod helpers;
 mod internal;
