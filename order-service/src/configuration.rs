@@ -45,6 +45,9 @@ pub struct OrderSettings {
     pub sweep_interval_secs: u64,
     /// How late an expiry or a release must be before the sweeper does it itself.
     pub sweep_grace_secs: u64,
+    /// Most orders this replica expires a second (0: no limit): an expiry storm yields the
+    /// machine and the database to live traffic (see `pace`).
+    pub expiries_per_sec: u32,
 }
 
 impl Default for OrderSettings {
@@ -57,6 +60,7 @@ impl Default for OrderSettings {
             outage_pause_ms: 1_000,
             sweep_interval_secs: 10,
             sweep_grace_secs: 30,
+            expiries_per_sec: 12_000,
         }
     }
 }

@@ -12,6 +12,7 @@ use seckill_infra::consumer::{Inbox, Retry};
 
 use crate::fulfil::{BatchReport, Fulfiller, is_outage};
 use crate::orders::transition;
+use crate::pace::ExpiryPace;
 use crate::releases::Releaser;
 
 /// Fulfils the buy requests of the deliveries in hand (each message holds one request, or a
@@ -143,12 +144,12 @@ fn record(report: &BatchReport) {
     metrics::counter!("order_requests_superseded_total").increment(report.superseded as u64);
 }
 
-/// Most orders one expiry statement takes: a storm's expiries go
-/// through in statements of this many, each followed by its releases.
-const EXPIRE_CHUNK: usize = 5_000;
+/// Most orders one expiry statement takes: a storm's expiries go through in statements of this
+/// many (fewer when paced: a step of [`ExpiryPace`]), each followed by its releases.
+pub const EXPIRE_CHUNK: usize = 5_000;
 
 /// Expires the orders of every message in hand that are still unpaid, in one statement per
-/// [`EXPIRE_CHUNK`] orders, sends their releases (a few batch messages), and acks all the
+/// [`EXPIRE_CHUNK`] orders at the pace `pace` allows, sends their releases (a few batch messages), and acks all the
 /// messages at once: thirty minutes after a big sale they all come back together. A dependency
 /// down: every message goes back after the pause. Any other failure: each message on its own
 /// (retried later, dead-lettered out of tries), so one cannot hold up the rest. Undecodable
@@ -156,6 +157,7 @@ const EXPIRE_CHUNK: usize = 5_000;
 pub async fn handle_expiries(
     releaser: &Releaser,
     fulfiller: &Fulfiller,
+    pace: &ExpiryPace,
     inbox: Inbox,
     outage_pause: Duration,
 ) -> anyhow::Result<()> {
@@ -164,7 +166,7 @@ pub async fn handle_expiries(
         return Ok(());
     };
     let ids: Vec<OrderId> = good.iter().flat_map(|(_, e)| e.order_ids.iter().copied()).collect();
-    match expire(releaser, fulfiller, &ids).await {
+    match expire(releaser, fulfiller, pace, &ids).await {
         Ok(expired) => {
             // Orders not expired were paid or cancelled meanwhile (or expired by an earlier copy).
             tracing::info!(messages = good.len(), orders = ids.len(), expired, "expiries done");
@@ -187,7 +189,7 @@ pub async fn handle_expiries(
             );
             inbox
                 .each_of(good, outage_pause, is_outage, |expiry: OrderExpiry| async move {
-                    expire(releaser, fulfiller, &expiry.order_ids).await.map(drop)
+                    expire(releaser, fulfiller, pace, &expiry.order_ids).await.map(drop)
                 })
                 .await?;
         }
@@ -198,9 +200,15 @@ pub async fn handle_expiries(
 /// Expires those of `ids` still unpaid and sends their releases, with those of `ids` expired
 /// before (an earlier try of the message may have died before its releases were confirmed).
 /// Returns how many expired now.
-async fn expire(releaser: &Releaser, fulfiller: &Fulfiller, ids: &[OrderId]) -> anyhow::Result<usize> {
+async fn expire(
+    releaser: &Releaser,
+    fulfiller: &Fulfiller,
+    pace: &ExpiryPace,
+    ids: &[OrderId],
+) -> anyhow::Result<usize> {
     let mut total = 0;
-    for chunk in ids.chunks(EXPIRE_CHUNK) {
+    for chunk in ids.chunks(pace.step()) {
+        pace.wait(chunk.len()).await;
         let (rows, fresh) = {
             let mut conn = fulfiller.pool().get().await?;
             let mut rows = transition::expire(&mut conn, chunk).await?;

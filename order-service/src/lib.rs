@@ -7,6 +7,7 @@ pub mod configuration;
 pub mod consumer;
 pub mod fulfil;
 pub mod orders;
+pub mod pace;
 pub mod releases;
 pub mod results;
 pub mod routes;

@@ -18,6 +18,7 @@ use seckill_web::{Application, Lifecycle};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::fulfil::Fulfiller;
+use crate::pace::ExpiryPace;
 use crate::releases::{self, Releaser};
 use crate::results::ResultStore;
 use crate::state::AppState;
@@ -102,9 +103,10 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         trust.clone(),
     )?;
     let (r, f) = (releaser.clone(), fulfiller.clone());
+    let pace = Arc::new(ExpiryPace::new(settings.order.expiries_per_sec, handlers::EXPIRE_CHUNK));
     lifecycle.spawn(consumer::run(settings.amqp.clone(), spec, lifecycle.cancel.clone(), move |inbox| {
-        let (r, f) = (r.clone(), f.clone());
-        async move { handlers::handle_expiries(&r, &f, inbox, pause).await }
+        let (r, f, pace) = (r.clone(), f.clone(), pace.clone());
+        async move { handlers::handle_expiries(&r, &f, &pace, inbox, pause).await }
     }));
     lifecycle.spawn(releases::run_sweeper(
         releaser.clone(),
