@@ -298,7 +298,7 @@ say "the one-hop baseline: upstream on :$UPSTREAM_PORT, a second gateway on :$HO
 nohup "$BENCH" upstream --port "$UPSTREAM_PORT" </dev/null >"$BDIR/upstream.log" 2>&1 &
 echo $! >"$BDIR/upstream.pid"
 wait_http "http://127.0.0.1:$UPSTREAM_PORT/" "$(cat "$BDIR/upstream.pid")" "the trivial upstream"
-mapfile -t UNSET < <(foreign_env "http log auth dev_token upstreams rate_limit admin")
+mapfile -t UNSET < <(foreign_env "http log auth dev_token upstreams rate_limit admin storefront")
 # A plain hop: its limits stay in its own memory (no Redis call per request), and it forwards
 # every buy click (no answers of its own for a sale seckill-service called gone).
 nohup env -u SECKILL_CONFIG "${UNSET[@]}" "SECKILL__HTTP__PORT=$HOP_PORT" "SECKILL__ADMIN__PORT=$HOP_ADMIN_PORT" \
@@ -338,7 +338,7 @@ start_shared_gateway() { # start_shared_gateway NAME PORT ADMIN_PORT [VAR=value.
     local name=$1 port=$2 admin=$3
     shift 3
     local -a unset
-    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit sold_out overload redis admin trust")
+    mapfile -t unset < <(foreign_env "http log auth dev_token upstreams rate_limit sold_out overload redis admin trust storefront")
     nohup env -u SECKILL_CONFIG "${unset[@]}" "SECKILL__HTTP__PORT=$port" "SECKILL__ADMIN__PORT=$admin" \
         "SECKILL__REDIS__URL=$SECKILL_REDIS_URL" "$@" \
         "$BIN_DIR/gateway" </dev/null >"$BDIR/gateway-$name.log" 2>&1 &

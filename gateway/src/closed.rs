@@ -56,6 +56,12 @@ impl ClosedSales {
         }
     }
 
+    /// seckill-service's last `410` body for `g` while it is fresh, without answering a click:
+    /// the sale state route (`crate::storefront`) reads it.
+    pub fn remembered(&self, g: GoodsId) -> Option<Bytes> {
+        self.sales.get(&g).filter(|closed| closed.until > Instant::now()).map(|closed| closed.body.clone())
+    }
+
     /// Whether no sale is remembered (expired ones count until asked again).
     pub fn is_empty(&self) -> bool {
         self.sales.is_empty()
@@ -77,8 +83,14 @@ mod tests {
         closed.remember(goods(1), Bytes::from_static(br#"{"code":"SOLD_OUT","message":"sold out"}"#));
         let res = closed.answer(goods(1)).unwrap();
         assert_eq!(res.status(), StatusCode::GONE);
+        assert_eq!(
+            closed.remembered(goods(1)).as_deref(),
+            Some(&br#"{"code":"SOLD_OUT","message":"sold out"}"#[..])
+        );
+        assert!(closed.remembered(goods(2)).is_none());
         assert!(closed.answer(goods(2)).is_none(), "another sale is not touched");
         std::thread::sleep(Duration::from_millis(60));
+        assert!(closed.remembered(goods(1)).is_none(), "stale: not remembered");
         assert!(closed.answer(goods(1)).is_none(), "stale: the next click is forwarded");
         assert!(closed.is_empty());
     }

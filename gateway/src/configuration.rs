@@ -1,8 +1,9 @@
 //! The gateway's settings: the shared sections from `seckill_common::config` plus its own
-//! (`dev_token`, `rate_limit`, `admin`), loaded in layers and checked once at start, so a bad value stops
+//! (`dev_token`, `rate_limit`, `admin`, `storefront`), loaded in layers and checked once at start, so a bad value stops
 //! the process with the key named instead of failing on the first request.
 
 use std::num::NonZeroU32;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use seckill_common::config::{
@@ -35,7 +36,37 @@ pub struct Settings {
     pub admin: AdminSettings,
     /// The keys the gateway signs the forwarded identity with, one per service.
     pub trust: TrustSettings,
+    pub storefront: StorefrontSettings,
 }
+
+/// `storefront.*`: the buyers' pages (`crate::storefront`), rendered from stock-service's
+/// goods and kept in memory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorefrontSettings {
+    /// How long a rendered page is served before one request renders it again (also its
+    /// `Cache-Control: max-age`): a replica asks stock-service at most once per page this often.
+    pub refresh_secs: u64,
+    /// Where to write the pages too (`index.html`, `sales/<id>.html`, `admin.html`,
+    /// `static/...`), for a web server or CDN to serve the same files; rewritten every
+    /// `refresh_secs`. Unset: memory only.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for StorefrontSettings {
+    fn default() -> Self {
+        Self { refresh_secs: 10, dir: None }
+    }
+}
+
+impl StorefrontSettings {
+    pub fn refresh(&self) -> Duration {
+        Duration::from_secs(self.refresh_secs)
+    }
+}
+
+/// Longest `storefront.refresh_secs`: a day-old page would hide every sale created since.
+pub const MAX_STOREFRONT_REFRESH_SECS: u64 = 86_400;
 
 /// `dev_token.*`: tokens minted by `POST /api/auth/dev-token` (only when `auth.dev_tokens`).
 /// A section of the gateway's own, because `auth.*` is shared and closed to unknown keys.
@@ -288,6 +319,19 @@ impl Settings {
                 format!("is {admin}, the public port (http.port): metrics must not be served there"),
             ));
         }
+        ConfigError::check_positive("storefront.refresh_secs", self.storefront.refresh_secs)?;
+        if self.storefront.refresh_secs > MAX_STOREFRONT_REFRESH_SECS {
+            return Err(ConfigError::at(
+                "storefront.refresh_secs",
+                format!("must be at most {MAX_STOREFRONT_REFRESH_SECS}"),
+            ));
+        }
+        if self.storefront.dir.as_deref().is_some_and(|d| d.as_os_str().to_string_lossy().trim().is_empty()) {
+            return Err(ConfigError::at(
+                "storefront.dir",
+                "is empty; unset it to keep the pages in memory only",
+            ));
+        }
         ConfigError::check_positive("rate_limit.cleanup_interval_secs", self.rate_limit.cleanup_interval_secs)
     }
 
@@ -499,6 +543,24 @@ mod tests {
         let s: Settings = serde_json::from_str(r#"{"admin": {"port": 9999}}"#).unwrap();
         assert_eq!(s.admin_port(), 9999);
         assert!(serde_json::from_str::<Settings>(r#"{"admin": {"bind": 1}}"#).is_err());
+    }
+
+    #[test]
+    fn storefront_settings_are_checked() {
+        let s = valid();
+        assert_eq!((s.storefront.refresh_secs, s.storefront.dir.as_deref()), (10, None));
+        let mut s = valid();
+        s.storefront.refresh_secs = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("SECKILL__STOREFRONT__REFRESH_SECS"));
+        s.storefront.refresh_secs = MAX_STOREFRONT_REFRESH_SECS + 1;
+        assert!(s.validate().unwrap_err().to_string().contains("storefront.refresh_secs"));
+        let mut s = valid();
+        s.storefront.dir = Some(PathBuf::from(" "));
+        assert!(s.validate().unwrap_err().to_string().contains("storefront.dir"));
+        let s: Settings =
+            serde_json::from_str(r#"{"storefront": {"refresh_secs": 3, "dir": "/srv/shop"}}"#).unwrap();
+        assert_eq!((s.storefront.refresh_secs, s.storefront.dir), (3, Some(PathBuf::from("/srv/shop"))));
+        assert!(serde_json::from_str::<Settings>(r#"{"storefront": {"ttl": 3}}"#).is_err());
     }
 
     #[test]

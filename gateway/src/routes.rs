@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
 use seckill_common::ErrorCode;
@@ -14,32 +15,148 @@ use seckill_common::api::{DevTokenRequest, TokenResponse};
 use seckill_web::{ApiError, health};
 use serde_json::json;
 
+use crate::openapi;
 use crate::proxy::Service;
 use crate::rate_limit::{Class, Who};
 use crate::state::Gateway;
+use crate::storefront::{self, Storefront};
+
+/// One public route: the one list that both registers the routes and is checked against the
+/// OpenAPI document, so no route goes undocumented. One method a path: a second entry with
+/// the same path would never be reached (the first one's resource answers 405).
+#[derive(Debug, Clone)]
+pub struct PublicRoute {
+    pub method: Method,
+    pub path: &'static str,
+    handler: Handler,
+}
+
+/// What a route does, which says who may call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handler {
+    Buy,
+    Poll,
+    DevToken,
+    Readyz,
+    PublicStock,
+    AdminSeckill,
+    UserOrder,
+    OpenApiDocument,
+    DocsPage,
+    SaleState,
+    StorefrontRender,
+    ListPage,
+    SalePage,
+    AdminPage,
+    Asset,
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, unlimited: a probe load balancers call.
+    Probe,
+    /// Anyone, unlimited: a page or asset the gateway answers from memory, the same for all.
+    Page,
+    /// Anyone, limited per client address (`rate_limit.anonymous`).
+    Anonymous,
+    /// A bearer token.
+    User,
+    /// A bearer token with the admin role.
+    Admin,
+}
+
+impl PublicRoute {
+    const fn new(method: Method, path: &'static str, handler: Handler) -> Self {
+        Self { method, path, handler }
+    }
+
+    pub const fn access(&self) -> Access {
+        match self.handler {
+            Handler::Readyz => Access::Probe,
+            Handler::ListPage | Handler::AdminPage | Handler::Asset => Access::Page,
+            // A sale page's id is the client's to choose, and a page not kept costs a call to
+            // stock-service: limited per address like `GET /api/goods/{id}`.
+            Handler::DevToken
+            | Handler::PublicStock
+            | Handler::OpenApiDocument
+            | Handler::DocsPage
+            | Handler::SaleState
+            | Handler::SalePage => Access::Anonymous,
+            Handler::Buy | Handler::Poll | Handler::UserOrder => Access::User,
+            Handler::AdminSeckill | Handler::StorefrontRender => Access::Admin,
+        }
+    }
+
+    /// Only registered when `auth.dev_tokens` is on.
+    pub fn dev_only(&self) -> bool {
+        self.handler == Handler::DevToken
+    }
+
+    fn route(&self) -> Route {
+        let route = web::method(self.method.clone());
+        match self.handler {
+            Handler::Buy => route.to(buy),
+            Handler::Poll => route.to(poll),
+            Handler::DevToken => route.to(dev_token),
+            Handler::Readyz => route.to(readyz),
+            Handler::PublicStock => route.to(public_stock),
+            Handler::AdminSeckill => route.to(admin_seckill),
+            Handler::UserOrder => route.to(user_order),
+            Handler::OpenApiDocument => route.to(openapi::document),
+            Handler::DocsPage => route.to(openapi::page),
+            Handler::SaleState => route.to(storefront::sale_state),
+            Handler::StorefrontRender => route.to(storefront::render_now),
+            Handler::ListPage => route.to(storefront::list),
+            Handler::SalePage => route.to(storefront::sale),
+            Handler::AdminPage => route.to(storefront::admin),
+            Handler::Asset => route.to(storefront::asset),
+        }
+    }
+}
+
+/// The public routes (`/healthz` is every service's, from `seckill_web`), in the order the
+/// router tries them: the flash-sale routes first, the order first of all, since each pattern
+/// with a `{segment}` is a regex match (perf shows them).
+pub const ROUTES: &[PublicRoute] = &[
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/orders", Handler::Buy),
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/token", Handler::Buy),
+    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/result", Handler::Poll),
+    PublicRoute::new(Method::POST, "/api/auth/dev-token", Handler::DevToken),
+    PublicRoute::new(Method::GET, "/readyz", Handler::Readyz),
+    PublicRoute::new(Method::GET, "/api/goods", Handler::PublicStock),
+    PublicRoute::new(Method::GET, "/api/goods/{id}", Handler::PublicStock),
+    PublicRoute::new(Method::POST, "/api/admin/goods", Handler::AdminSeckill),
+    PublicRoute::new(Method::GET, "/api/admin/goods/{id}/audit", Handler::AdminSeckill),
+    PublicRoute::new(Method::POST, "/api/admin/goods/{id}/repair", Handler::AdminSeckill),
+    PublicRoute::new(Method::GET, "/api/orders", Handler::UserOrder),
+    PublicRoute::new(Method::GET, "/api/orders/{id}", Handler::UserOrder),
+    PublicRoute::new(Method::POST, "/api/orders/{id}/pay", Handler::UserOrder),
+    PublicRoute::new(Method::POST, "/api/orders/{id}/cancel", Handler::UserOrder),
+    PublicRoute::new(Method::GET, "/api/openapi.json", Handler::OpenApiDocument),
+    PublicRoute::new(Method::GET, "/api/docs", Handler::DocsPage),
+    // The storefront (`crate::storefront`): the sale state its page asks for, its pages and
+    // their assets.
+    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/state", Handler::SaleState),
+    PublicRoute::new(Method::POST, "/api/admin/storefront/render", Handler::StorefrontRender),
+    PublicRoute::new(Method::GET, "/", Handler::ListPage),
+    PublicRoute::new(Method::GET, "/sales/{id}", Handler::SalePage),
+    PublicRoute::new(Method::GET, "/admin", Handler::AdminPage),
+    PublicRoute::new(Method::GET, "/static/{file}", Handler::Asset),
+];
 
 /// Registers the gateway's routes; the dev-token route only exists when `dev_tokens` is on,
-/// so with it off the path is an ordinary 404. The flash-sale routes come first, the order
-/// first of all: the router tries routes in this order, and each pattern with a `{segment}`
-/// is a regex match (perf shows them).
+/// so with it off the path is an ordinary 404.
 pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_tokens: bool) {
-    cfg.app_data(gateway);
-    cfg.service(resource("/api/seckill/{goods_id}/orders").route(web::post().to(buy)))
-        .service(resource("/api/seckill/{goods_id}/token").route(web::post().to(buy)))
-        .service(resource("/api/seckill/{goods_id}/result").route(web::get().to(poll)));
-    if dev_tokens {
-        cfg.service(anonymous("/api/auth/dev-token", web::post().to(dev_token)));
+    cfg.app_data(gateway).app_data(web::Data::from(openapi::published(dev_tokens)));
+    for route in ROUTES.iter().filter(|route| dev_tokens || !route.dev_only()) {
+        match route.access() {
+            Access::Anonymous => cfg.service(anonymous(route.path, route.route())),
+            Access::Probe | Access::Page | Access::User | Access::Admin => {
+                cfg.service(resource(route.path).route(route.route()))
+            }
+        };
     }
-    cfg.service(resource("/readyz").route(web::get().to(readyz)))
-        .service(anonymous("/api/goods", web::get().to(public_stock)))
-        .service(anonymous("/api/goods/{id}", web::get().to(public_stock)))
-        .service(resource("/api/admin/goods").route(web::post().to(admin_seckill)))
-        .service(resource("/api/admin/goods/{id}/audit").route(web::get().to(admin_seckill)))
-        .service(resource("/api/admin/goods/{id}/repair").route(web::post().to(admin_seckill)))
-        .service(resource("/api/orders").route(web::get().to(user_order)))
-        .service(resource("/api/orders/{id}").route(web::get().to(user_order)))
-        .service(resource("/api/orders/{id}/pay").route(web::post().to(user_order)))
-        .service(resource("/api/orders/{id}/cancel").route(web::post().to(user_order)));
 }
 
 /// A resource whose other methods get a JSON 405 instead of actix's empty one.
@@ -162,7 +279,12 @@ async fn admin_seckill(
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    gateway.pass_as_user(Service::Seckill, Class::Admin, &req, payload).await
+    let res = gateway.pass_as_user(Service::Seckill, Class::Admin, &req, payload).await?;
+    // Only a new sale is answered 201: the storefront lists it at once.
+    if res.status() == actix_web::http::StatusCode::CREATED {
+        Storefront::sale_created(&gateway);
+    }
+    Ok(res)
 }
 
 /// `/api/orders...`: a token and the user's orders limit.

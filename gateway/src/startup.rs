@@ -10,7 +10,7 @@ use anyhow::Context;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
 use seckill_web::shed::InFlight;
-use seckill_web::{Application, Door, Lifecycle, Service};
+use seckill_web::{Application, Door, Lifecycle, Service, Ticker};
 
 use crate::auth::Authenticator;
 use crate::closed::ClosedSales;
@@ -20,6 +20,7 @@ use crate::rate_limit::Limits;
 use crate::rate_limit::shared::SharedLimits;
 use crate::routes;
 use crate::state::{Gateway, LastReadiness};
+use crate::storefront::Storefront;
 
 /// How the binary runs the gateway (`seckill_web::runner`).
 impl Service for Settings {
@@ -44,6 +45,8 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let trust = Arc::new(Trust::for_service(Peer::Gateway, &settings.trust)?);
     let proxy = Proxy::new(&settings.upstreams, trust)?;
     let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings)?)?);
+    let storefront = Storefront::new(&settings.storefront, settings.auth.dev_tokens)?;
+    storefront.prepare_dir().await?;
     let gateway = web::Data::new(Gateway {
         auth,
         proxy,
@@ -53,10 +56,12 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         last_readiness: LastReadiness::default(),
         closed: ClosedSales::new(settings.sold_out.remember()),
         buys_in_flight: InFlight::new(settings.overload.max_in_flight, "gateway_requests_shed_total"),
+        storefront,
     });
 
     let dev_tokens = settings.auth.dev_tokens;
     let public = gateway.clone();
+    let gateway_for_files = gateway.clone();
     let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, Door::Public, move |cfg| {
         routes::configure(cfg, public.clone(), dev_tokens);
     })?;
@@ -68,6 +73,9 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
 
     let lifecycle = Lifecycle::new();
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
+    if settings.storefront.dir.is_some() {
+        spawn_storefront_writer(&lifecycle, gateway_for_files, settings.storefront.refresh());
+    }
     if dev_tokens {
         tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
@@ -79,6 +87,20 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         "gateway upstreams and admin listener"
     );
     Ok((Application::new(port, server, lifecycle).with_extra_server(admin), admin_port))
+}
+
+/// With `storefront.dir` set, renders every page into it every `every`: the files' readers
+/// (a web server, a CDN) ask the gateway nothing, so no request would render them.
+fn spawn_storefront_writer(lifecycle: &Lifecycle, gateway: web::Data<Gateway>, every: Duration) {
+    let cancel = lifecycle.cancel.clone();
+    lifecycle.spawn(async move {
+        let mut ticker = Ticker::new(every);
+        while ticker.tick(&cancel).await {
+            if let Err(e) = gateway.storefront.render_all(&gateway.proxy).await {
+                tracing::warn!(error = %e, "storefront: the pages in storefront.dir were not rendered");
+            }
+        }
+    });
 }
 
 /// The shared buckets, when `rate_limit.shared`. Nothing is connected yet: the first request

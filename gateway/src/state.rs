@@ -16,6 +16,7 @@ use crate::body;
 use crate::closed::ClosedSales;
 use crate::proxy::{Proxy, Service};
 use crate::rate_limit::{Class, Limits, Who};
+use crate::storefront::Storefront;
 
 /// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
 /// public `/readyz` makes at most one round a second, not one per call.
@@ -36,6 +37,8 @@ pub struct Gateway {
     pub closed: ClosedSales,
     /// `overload.max_in_flight`: buy clicks forwarded and not yet answered.
     pub buys_in_flight: InFlight,
+    /// The buyers' pages, kept in memory.
+    pub storefront: Storefront,
 }
 
 /// The last round of upstream health checks and when it ended.

@@ -2,20 +2,29 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::ids::{GoodsId, OrderId, UserId};
 
 /// A sale's goods, as `GET /api/goods` shows them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Goods {
     pub id: GoodsId,
+    /// What is on sale.
     pub name: String,
+    /// The usual price, in cents.
     pub price_cents: i64,
+    /// The sale price, in cents.
     pub seckill_price_cents: i64,
+    /// Units put on sale.
     pub stock_total: i64,
+    /// Units the stock ledger has not given to an order: a buy accepted a moment ago counts
+    /// once its order is written.
     pub stock_available: i64,
+    /// When buying opens.
     pub start_at: DateTime<Utc>,
+    /// When buying closes: the sale is open from `start_at` up to, not including, `end_at`.
     pub end_at: DateTime<Utc>,
 }
 
@@ -40,14 +49,24 @@ impl Goods {
 }
 
 /// The body of `POST /api/admin/goods`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewGoods {
+    /// What is on sale: not only spaces.
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
+    /// The usual price, in cents.
+    #[schema(minimum = 0)]
     pub price_cents: i64,
+    /// The sale price, in cents: at most `price_cents`.
+    #[schema(minimum = 0)]
     pub seckill_price_cents: i64,
+    /// Units to sell.
+    #[schema(minimum = 0, maximum = 100_000_000)]
     pub stock_total: i64,
+    /// When buying opens.
     pub start_at: DateTime<Utc>,
+    /// When buying closes: after `start_at`.
     pub end_at: DateTime<Utc>,
 }
 
@@ -77,7 +96,10 @@ impl NewGoods {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Where an order stands: `unpaid` (its owner may pay or cancel it until `expires_at`),
+/// `paid`, `cancelled` by its owner, or `expired` (unpaid past its deadline). Only an unpaid
+/// order changes, and only once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderStatus {
     Unpaid,
@@ -108,19 +130,24 @@ impl OrderStatus {
 }
 
 /// An order, as `GET /api/orders/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Order {
     pub id: OrderId,
+    /// The buyer.
     pub user_id: UserId,
     pub goods_id: GoodsId,
+    /// What the buyer pays, in cents: the sale price when the order was written.
     pub price_cents: i64,
     pub status: OrderStatus,
     pub created_at: DateTime<Utc>,
+    /// An order still unpaid at this instant expires, and its unit goes back on sale.
     pub expires_at: DateTime<Utc>,
 }
 
-/// What a buyer's poll says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a buyer's poll says: `queued` (accepted, waiting in the queue), `success` (an order
+/// exists), `failed` (ended without an order, the unit given back: the buyer may try again),
+/// `none` (nothing is known of this buyer in this sale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SeckillStatus {
     /// Accepted and waiting in the queue.
@@ -134,26 +161,31 @@ pub enum SeckillStatus {
 }
 
 /// The body of `GET /api/seckill/{goods_id}/result`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SeckillResult {
     pub status: SeckillStatus,
+    /// The order, when `status` is `success`; otherwise null.
     pub order_id: Option<OrderId>,
 }
 
 /// The 202 body of `POST /api/seckill/{goods_id}/orders`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct OrderAccepted {
+    /// Always `queued`: the end comes from polling the result.
     pub status: SeckillStatus,
+    /// Names this request in the logs and in the order it becomes.
     pub request_id: Uuid,
 }
 
 /// The body of `POST /api/seckill/{goods_id}/token` and of the dev-token endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TokenResponse {
+    /// A path token to send as `x-seckill-token`, or a JWT to send as `Bearer` (dev-token).
     pub token: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// A token's role: an `admin` may also publish, audit and repair sales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     #[default]
@@ -171,10 +203,12 @@ impl Role {
 }
 
 /// The body of `POST /api/auth/dev-token`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DevTokenRequest {
+    /// Whom the token names (its `sub`).
     pub user_id: UserId,
+    /// `user` when left out.
     #[serde(default)]
     pub role: Role,
 }
@@ -280,11 +314,14 @@ pub struct HeldResponse {
 }
 
 /// A sale's Redis data, as the audit saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RedisAudit {
     /// The stock key exists (the sale can sell).
     pub loaded: bool,
+    /// Which load of the sale into Redis this is: a new one after Redis lost its data.
+    #[schema(value_type = Option<u64>)]
     pub epoch: Option<crate::scripts::Epoch>,
+    /// Units Redis will still sell.
     pub stock: Option<i64>,
     /// Units held back while the sale recovers from a loss of its Redis data.
     pub holdback: Option<i64>,
@@ -297,26 +334,29 @@ pub struct RedisAudit {
 }
 
 /// The authorities' side of the audit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AuthorityAudit {
     pub stock_total: i64,
     pub stock_available: i64,
+    /// Units held by deductions not released (the stock ledger).
     pub ledger_held: i64,
+    /// Unpaid and paid orders of the sale.
     pub active_orders: i64,
     /// Of the reservations in flight, those already deducted at the authority.
     pub in_flight_deducted: i64,
 }
 
 /// The buy queue, as the broker counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct QueueAudit {
     /// Buy requests waiting in `seckill.orders` and its retry queue.
     pub waiting: u32,
+    /// Order consumers attached to the queue.
     pub consumers: u32,
 }
 
 /// `GET /api/admin/goods/{id}/audit`: how Redis, the stock ledger and the orders compare.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SaleAudit {
     pub goods_id: GoodsId,
     pub redis: RedisAudit,
@@ -333,14 +373,33 @@ pub struct SaleAudit {
 }
 
 /// `POST /api/admin/goods/{id}/repair`: what the repair changed, and the audit after it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SaleRepair {
-    /// The Redis stock before (None: the sale was not loaded, and was rebuilt).
+    /// The Redis stock before (null: the sale was not loaded, and was rebuilt).
     pub stock_before: Option<i64>,
+    /// The Redis stock after.
     pub stock_after: Option<i64>,
     /// Active orders written back into Redis (reservations and results).
     pub orders_restored: usize,
     pub audit: SaleAudit,
+}
+
+/// `GET /api/seckill/{goods_id}/state`: what a sale's page needs to move (its window, whether
+/// it is sold out, the server's clock), answered from memory so a spike of page views never
+/// reaches a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SaleState {
+    pub goods_id: GoodsId,
+    /// When buying opens.
+    pub start_at: DateTime<Utc>,
+    /// When buying closes.
+    pub end_at: DateTime<Utc>,
+    /// The sale was found sold out a moment ago (the sold-out flag); false does not promise a
+    /// unit: the buy says for sure.
+    pub sold_out: bool,
+    /// The server's clock when it answered (Unix milliseconds): a page counts down on it, not
+    /// on the buyer's own clock.
+    pub now_ms: i64,
 }
 
 #[cfg(test)]
@@ -374,6 +433,24 @@ mod tests {
         let mut g = new_goods();
         g.name = "  ".into();
         assert!(g.validate().unwrap_err().contains("name"));
+    }
+
+    #[test]
+    fn the_new_goods_schema_states_the_limits_validate_applies() {
+        let schema = serde_json::to_value(<NewGoods as utoipa::PartialSchema>::schema()).unwrap();
+        let field = |name: &str| schema["properties"][name].clone();
+        assert_eq!(field("stock_total")["maximum"], MAX_STOCK);
+        assert_eq!(field("stock_total")["minimum"], 0);
+        assert_eq!(field("name")["maxLength"], 200);
+        assert_eq!(schema["additionalProperties"], false, "deny_unknown_fields");
+        let mut g = new_goods();
+        g.stock_total = MAX_STOCK;
+        assert!(g.validate().is_ok());
+        g.stock_total = MAX_STOCK + 1;
+        assert!(g.validate().is_err());
+        g = new_goods();
+        g.name = "x".repeat(201);
+        assert!(g.validate().is_err());
     }
 
     #[test]

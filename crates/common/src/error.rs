@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 /// `{"code": "UPPER_SNAKE", "message": "human text"}`: the body of every error response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// What went wrong, for programs: one of the codes each response lists.
     pub code: String,
+    /// What went wrong, for people; its wording may change.
     pub message: String,
 }
 

@@ -1,13 +1,16 @@
 //! Validated identifiers: once a handler holds one, it is a positive integer.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
 
 macro_rules! positive_id {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
+    ($doc:literal, $name:ident) => {
+        #[doc = $doc]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(try_from = "i64", into = "i64")]
         pub struct $name(i64);
@@ -52,21 +55,30 @@ macro_rules! positive_id {
                 self.0.fmt(f)
             }
         }
+
+        // By hand: the derive cannot state that only positive values parse (`try_from`).
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                    .minimum(Some(1))
+                    .description(Some($doc.trim()))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {
+            fn name() -> Cow<'static, str> {
+                Cow::Borrowed(stringify!($name))
+            }
+        }
     };
 }
 
-positive_id!(
-    /// A user, as named by the JWT's `sub`.
-    UserId
-);
-positive_id!(
-    /// A sale's goods.
-    GoodsId
-);
-positive_id!(
-    /// An order row.
-    OrderId
-);
+positive_id!(" A user, as named by the JWT's `sub`.", UserId);
+positive_id!(" A sale's goods.", GoodsId);
+positive_id!(" An order row.", OrderId);
 
 #[cfg(test)]
 mod tests {
@@ -81,5 +93,15 @@ mod tests {
         assert!("99999999999999999999".parse::<GoodsId>().is_err());
         assert!(serde_json::from_str::<OrderId>("-1").is_err());
         assert_eq!(serde_json::from_str::<OrderId>("7").unwrap().get(), 7);
+    }
+
+    #[test]
+    fn the_schema_is_the_positive_integer_serde_writes() {
+        let schema = serde_json::to_value(<GoodsId as utoipa::PartialSchema>::schema()).unwrap();
+        assert_eq!(schema["type"], "integer");
+        assert_eq!(schema["minimum"], 1);
+        assert_eq!(schema["description"], "A sale's goods.");
+        assert_eq!(<UserId as utoipa::ToSchema>::name(), "UserId");
+        assert!(serde_json::to_value(GoodsId::new(3).unwrap()).unwrap().is_i64());
     }
 }

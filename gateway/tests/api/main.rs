@@ -7,6 +7,8 @@ mod forwarding;
 mod helpers;
 mod identity;
 mod limits;
+mod openapi;
 mod overload;
 mod routes;
 mod shared_limits;
+mod storefront;

@@ -10,7 +10,7 @@ use crate::helpers::{assert_error, echoed, raw_exchange, spawn_app, user_token};
 async fn an_unknown_route_is_404() {
     let app = spawn_app();
 
-    for path in ["/api/nope", "/api/goods/1/extra", "/internal/stock/deduct", "/"] {
+    for path in ["/api/nope", "/api/goods/1/extra", "/internal/stock/deduct", "/nope"] {
         let res = app.get(path).bearer_auth(user_token(1)).send().await.unwrap();
         assert_error(res, 404, "NOT_FOUND").await;
     }

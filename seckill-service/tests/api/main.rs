@@ -6,4 +6,5 @@ mod buy;
 mod helpers;
 mod identity;
 mod reconcile;
+mod sale;
 mod shed;

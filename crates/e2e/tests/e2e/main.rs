@@ -12,4 +12,5 @@ mod purchase;
 mod queues;
 mod redis_loss;
 mod security;
+mod storefront;
 mod storm;

@@ -1,0 +1,966 @@
+//! The public API as an OpenAPI 3.1 document, from the request and response types the
+//! services really send (`seckill_common::api`, `ErrorBody`), and the reference page that
+//! shows it. Both are built once per process, at the first worker's start, and served from
+//! memory with an ETag (`GET /api/openapi.json`, `GET /api/docs`).
+//!
+//! The gateway's handlers are generic proxies, so each operation is described here, on a
+//! function that exists only for its `#[utoipa::path]`. Who may call a route comes from
+//! [`crate::routes::ROUTES`], the list that also registers them: the document cannot say
+//! otherwise than the router does.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use actix_web::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, ETAG, HeaderValue, IF_NONE_MATCH, X_CONTENT_TYPE_OPTIONS,
+};
+use actix_web::web::Bytes;
+use actix_web::{HttpRequest, HttpResponse, web};
+use aws_lc_rs::digest::{SHA256, digest};
+use base64::Engine;
+use seckill_common::ErrorCode;
+use utoipa::OpenApi;
+use utoipa::openapi::example::ExampleBuilder;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, InfoBuilder, LicenseBuilder, Ref, RefOr, Response};
+
+use crate::routes::{Access, ROUTES};
+
+/// The name of the bearer scheme in `components.securitySchemes`.
+pub const BEARER: &str = "bearer";
+/// The role an admin route asks of the bearer token (OpenAPI 3.1 lets a non-OAuth
+/// requirement name roles).
+pub const ADMIN_ROLE: &str = "admin";
+
+const DESCRIPTION: &str = "\
+A flash-sale (\"seckill\") backend. A limited stock goes on sale at a set time and far more \
+buyers than units press \"buy\" in the same second: every one of them is answered in \
+milliseconds, exactly the stock is sold and never a unit more, at most one unit per buyer.
+
+The gateway is the only public entry. It checks the bearer token (an HS256 JWT: `sub` is the \
+user id, `role: \"admin\"` marks an admin), applies each route's rate limit, sheds load when a \
+replica has too many buy clicks in progress, and forwards each route to the service that owns \
+it.
+
+One purchase: `POST /api/seckill/{goods_id}/token` for a path token, then \
+`POST /api/seckill/{goods_id}/orders` with it in `x-seckill-token` (202: queued), then poll \
+`GET /api/seckill/{goods_id}/result` until `success` (with the order id) or `failed`. The order \
+is at `GET /api/orders/{id}`, to pay or cancel before it expires.
+
+Every error is an `ErrorBody`, `{\"code\": \"UPPER_SNAKE\", \"message\": \"...\"}`; each \
+operation lists the codes it may answer. A 429, and a 503 `BUSY` from a replica shedding \
+load, carry `Retry-After` (seconds). Any path answers 404 `NOT_FOUND` when no route has it and \
+405 `METHOD_NOT_ALLOWED` for a method its route does not take. Every answer carries an \
+`x-request-id`: the client's own when it sent a plain one (up to 128 of `A-Za-z0-9._:-`), else \
+a new one.";
+
+#[derive(OpenApi)]
+#[openapi(
+    // In a buyer's order: the document keeps it.
+    paths(
+        operations::path_token,
+        operations::buy,
+        operations::poll_result,
+        operations::list_goods,
+        operations::get_goods,
+        operations::list_orders,
+        operations::get_order,
+        operations::pay_order,
+        operations::cancel_order,
+        operations::create_sale,
+        operations::audit_sale,
+        operations::repair_sale,
+        operations::dev_token,
+        operations::readiness,
+        operations::health,
+        operations::openapi_document,
+        operations::docs_page,
+        operations::sale_state,
+        operations::render_storefront,
+        operations::list_page,
+        operations::sale_page,
+        operations::admin_page,
+        operations::asset,
+    ),
+    // Not reached through a path's own types: the error responses are built by hand.
+    components(schemas(seckill_common::ErrorBody)),
+    tags(
+        (name = "buying", description = "A buyer's clicks: the path token, the buy, the result."),
+        (name = "goods", description = "The sales, for anyone."),
+        (name = "orders", description = "The caller's own orders: look up, pay, cancel."),
+        (name = "admin", description = "Publishing a sale, and comparing and repairing its data."),
+        (name = "auth", description = "Tokens for local runs and tests."),
+        (name = "probes", description = "For load balancers and orchestrators."),
+        (name = "reference", description = "This document and its page."),
+        (name = "storefront", description = "The pages a buyer and a shop owner open in a browser, and what they ask."),
+    )
+)]
+struct ApiDoc;
+
+/// The document as the gateway serves it: `dev_tokens` says whether `POST /api/auth/dev-token`
+/// exists, as it does in the router.
+pub fn api_document(dev_tokens: bool) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.info = InfoBuilder::new()
+        .title("seckill")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(DESCRIPTION))
+        .license(Some(LicenseBuilder::new().name(env!("CARGO_PKG_LICENSE")).build()))
+        .build();
+    doc.components.get_or_insert_default().security_schemes.insert(
+        BEARER.to_owned(),
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .bearer_format("JWT")
+                .description(Some(
+                    "`Authorization: Bearer <jwt>`: HS256, `exp` required, `sub` the user id (a \
+                     positive integer), `role: \"admin\"` for an admin. Operations that need an \
+                     admin name the role `admin`.",
+                ))
+                .build(),
+        ),
+    );
+    for route in ROUTES {
+        let Some(operation) = operation_mut(&mut doc, route.path, route.method.as_str()) else {
+            continue; // an undocumented route: the tests name it
+        };
+        operation.security = Some(vec![match route.access() {
+            Access::Probe | Access::Page | Access::Anonymous => SecurityRequirement::default(),
+            Access::User => SecurityRequirement::new(BEARER, Vec::<String>::new()),
+            Access::Admin => SecurityRequirement::new(BEARER, [ADMIN_ROLE]),
+        }]);
+    }
+    if !dev_tokens {
+        for route in ROUTES.iter().filter(|route| route.dev_only()) {
+            doc.paths.paths.shift_remove(route.path);
+        }
+    }
+    doc
+}
+
+fn operation_mut<'a>(
+    doc: &'a mut utoipa::openapi::OpenApi,
+    path: &str,
+    method: &str,
+) -> Option<&'a mut Operation> {
+    let item = doc.paths.paths.get_mut(path)?;
+    match method {
+        "GET" => item.get.as_mut(),
+        "POST" => item.post.as_mut(),
+        "PUT" => item.put.as_mut(),
+        "DELETE" => item.delete.as_mut(),
+        "PATCH" => item.patch.as_mut(),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Serving
+
+/// The reference page: one file, no resource from anywhere else.
+const PAGE: &str = include_str!("../assets/docs.html");
+
+/// What `GET /api/openapi.json` and `GET /api/docs` answer, built once.
+pub struct Published {
+    document: Asset,
+    page: Asset,
+}
+
+struct Asset {
+    body: Bytes,
+    content_type: &'static str,
+    etag: HeaderValue,
+    /// The page's policy: nothing but its own inline script and style, and fetches to its origin.
+    policy: Option<HeaderValue>,
+}
+
+/// Clients keep a copy but ask again each time: a 304 costs no body, and a new gateway
+/// version is seen at once.
+const CACHE: &str = "public, no-cache";
+
+/// The document and page for a gateway with or without dev tokens, built on the first call.
+pub fn published(dev_tokens: bool) -> Arc<Published> {
+    static WITH_DEV_TOKENS: OnceLock<Arc<Published>> = OnceLock::new();
+    static WITHOUT: OnceLock<Arc<Published>> = OnceLock::new();
+    let cell = if dev_tokens { &WITH_DEV_TOKENS } else { &WITHOUT };
+    cell.get_or_init(|| Arc::new(Published::build(dev_tokens))).clone()
+}
+
+impl Published {
+    fn build(dev_tokens: bool) -> Self {
+        // Maps of strings and numbers: serializing cannot fail.
+        let json = serde_json::to_vec(&api_document(dev_tokens)).expect("the OpenAPI document serializes");
+        Self {
+            document: Asset::new(Bytes::from(json), "application/json", None),
+            page: Asset::new(
+                Bytes::from_static(PAGE.as_bytes()),
+                "text/html; charset=utf-8",
+                Some(page_policy(PAGE)),
+            ),
+        }
+    }
+}
+
+impl Asset {
+    fn new(body: Bytes, content_type: &'static str, policy: Option<String>) -> Self {
+        let etag = format!("\"{}\"", hex(&digest(&SHA256, &body).as_ref()[..16]));
+        Self {
+            body,
+            content_type,
+            etag: HeaderValue::from_str(&etag).expect("hex digits in quotes"),
+            policy: policy.and_then(|p| HeaderValue::from_str(&p).ok()),
+        }
+    }
+
+    fn answer(&self, req: &HttpRequest) -> HttpResponse {
+        let unchanged = req
+            .headers()
+            .get_all(IF_NONE_MATCH)
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| etag_matches(v, self.etag.to_str().unwrap_or_default()));
+        let mut res = if unchanged { HttpResponse::NotModified() } else { HttpResponse::Ok() };
+        res.insert_header((ETAG, self.etag.clone())).insert_header((CACHE_CONTROL, CACHE));
+        if unchanged {
+            return res.finish();
+        }
+        res.insert_header((X_CONTENT_TYPE_OPTIONS, "nosniff"));
+        if let Some(policy) = &self.policy {
+            res.insert_header((CONTENT_SECURITY_POLICY, policy.clone()));
+        }
+        res.content_type(self.content_type).body(self.body.clone())
+    }
+}
+
+/// Whether an `If-None-Match` value names `etag`: `*`, or a list of tags compared weakly (a
+/// `W/` prefix ignored), as RFC 9110 has it for this header.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').map(str::trim).any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
+}
+
+/// The page's Content-Security-Policy: its one inline `<script>` and `<style>` allowed by their
+/// hashes, fetches to its own origin only, nothing else from anywhere.
+fn page_policy(html: &str) -> String {
+    let hash = |tag: &str| {
+        let source = inline(html, tag).unwrap_or_default();
+        base64::engine::general_purpose::STANDARD.encode(digest(&SHA256, source.as_bytes()))
+    };
+    format!(
+        "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; connect-src 'self'; \
+         base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        hash("script"),
+        hash("style")
+    )
+}
+
+/// The text of the first `<tag>...</tag>` (written without attributes).
+fn inline<'a>(html: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let start = html.find(&open)? + open.len();
+    let end = start + html[start..].find(&format!("</{tag}>"))?;
+    Some(&html[start..end])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `GET /api/openapi.json`.
+pub(crate) async fn document(req: HttpRequest, published: web::Data<Published>) -> HttpResponse {
+    published.document.answer(&req)
+}
+
+/// `GET /api/docs`.
+pub(crate) async fn page(req: HttpRequest, published: web::Data<Published>) -> HttpResponse {
+    published.page.answer(&req)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error responses
+
+/// The error codes an operation may answer, each with when.
+type Cases = &'static [(ErrorCode, &'static str)];
+
+/// Builds an operation's error responses: one a status (from [`ErrorCode::status`], so the
+/// document cannot disagree with the services), an example a code, and `Retry-After` on 429
+/// and 503. A code listed twice has its texts joined.
+fn error_responses(sets: &[Cases]) -> BTreeMap<String, RefOr<Response>> {
+    let mut by_code: Vec<(ErrorCode, String)> = Vec::new();
+    for &(code, when) in sets.iter().flat_map(|set| set.iter()) {
+        match by_code.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, text)) => {
+                text.push(' ');
+                text.push_str(when);
+            }
+            None => by_code.push((code, when.to_owned())),
+        }
+    }
+    let mut by_status: BTreeMap<u16, Vec<(ErrorCode, String)>> = BTreeMap::new();
+    for (code, when) in by_code {
+        by_status.entry(code.status()).or_default().push((code, when));
+    }
+    by_status
+        .into_iter()
+        .map(|(status, cases)| {
+            let description =
+                cases.iter().map(|(code, when)| format!("`{code}`: {when}")).collect::<Vec<_>>().join("\n\n");
+            let examples = cases.iter().map(|(code, when)| {
+                let example = ExampleBuilder::new()
+                    .value(Some(serde_json::json!({"code": code.as_str(), "message": when})))
+                    .build();
+                (code.as_str().to_owned(), example)
+            });
+            let content = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .examples_from_iter(examples);
+            let mut response =
+                ResponseBuilder::new().description(description).content("application/json", content.build());
+            if status == 429 || status == 503 {
+                response = response.header("Retry-After", retry_after(status));
+            }
+            (status.to_string(), RefOr::T(response.build()))
+        })
+        .collect()
+}
+
+fn retry_after(status: u16) -> utoipa::openapi::header::Header {
+    let when = if status == 429 {
+        "Always sent: seconds until the limit lets the next request through."
+    } else {
+        "Sent with `BUSY` when a replica sheds load: seconds to wait before trying again."
+    };
+    HeaderBuilder::new()
+        .schema(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)))
+        .description(Some(when))
+        .build()
+}
+
+/// Declares a type whose `IntoResponses` are the error responses of these case lists.
+macro_rules! errors {
+    ($name:ident: $($set:expr),+ $(,)?) => {
+        struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                error_responses(&[$($set),+])
+            }
+        }
+    };
+}
+
+/// Any forwarded route: the hop's own failures.
+const FORWARDED: Cases = &[
+    (
+        ErrorCode::UpstreamUnavailable,
+        "No replica of the service behind this route answers: try again shortly.",
+    ),
+    (
+        ErrorCode::UpstreamTimeout,
+        "The service behind this route did not answer in time; the request may have been carried out.",
+    ),
+    (ErrorCode::Internal, "An unexpected failure, logged with its cause."),
+];
+const TOKEN: Cases = &[(
+    ErrorCode::Unauthorized,
+    "No bearer token, or one that is malformed, wrongly signed, expired or not yet valid.",
+)];
+const ADMIN: Cases = &[
+    (
+        ErrorCode::Unauthorized,
+        "No bearer token, or one that is malformed, wrongly signed, expired or not yet valid.",
+    ),
+    (ErrorCode::Forbidden, "The token is not an admin's."),
+];
+/// Any POST: the gateway reads the body within `http.body_limit_bytes` before forwarding it.
+const BODY_LIMIT: Cases = &[(ErrorCode::PayloadTooLarge, "The body is larger than `http.body_limit_bytes`.")];
+const BAD_GOODS_ID: Cases = &[(ErrorCode::InvalidInput, "The goods id is not a positive integer.")];
+const BAD_ORDER_ID: Cases = &[(ErrorCode::InvalidInput, "The order id is not a positive integer.")];
+const NO_SALE: Cases = &[(ErrorCode::GoodsNotFound, "No sale has this goods id.")];
+const ANONYMOUS_LIMIT: Cases = &[(
+    ErrorCode::RateLimited,
+    "Over the client address's limit of the anonymous routes (`rate_limit.anonymous`).",
+)];
+const ORDERS_LIMIT: Cases =
+    &[(ErrorCode::RateLimited, "Over the user's limit of the order routes (`rate_limit.orders`).")];
+const ADMIN_LIMIT: Cases =
+    &[(ErrorCode::RateLimited, "Over the admin's limit of the admin routes (`rate_limit.admin`).")];
+/// A buy click's (path token or order) answers before and around the sale.
+const BUY_CLICK: Cases = &[
+    (
+        ErrorCode::RateLimited,
+        "Over the user's buy limit (`rate_limit.buy`, shared by every gateway replica): every click counts.",
+    ),
+    (
+        ErrorCode::Busy,
+        "More buy clicks in progress than this gateway replica (`overload.max_in_flight`) or the \
+         seckill-service replica (`seckill.max_in_flight`) takes: shed at once, with `Retry-After`.",
+    ),
+    (ErrorCode::NotStarted, "The sale has not started: the message says when it does."),
+    (ErrorCode::Ended, "The sale has ended."),
+    (
+        ErrorCode::SoldOut,
+        "Sold out. The gateway itself answers a sale's clicks this way for `sold_out.remember_ms` \
+         after seckill-service did.",
+    ),
+    (ErrorCode::Unavailable, "Redis or stock-service did not answer: try again shortly."),
+];
+const ORDER_NOT_FOUND: Cases = &[(
+    ErrorCode::OrderNotFound,
+    "The caller has no order with this id (another user's order is answered the same way).",
+)];
+const DATABASE: Cases = &[(ErrorCode::Unavailable, "The database did not answer: try again shortly.")];
+
+errors!(BuyErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
+    (ErrorCode::BadToken, "No `x-seckill-token`, or one that is wrong, used or expired: ask for a new one."),
+    (ErrorCode::Repeated, "The buyer already holds a unit of this sale, whatever path token the click carries."),
+    (
+        ErrorCode::Busy,
+        "The order queue did not take the request (its unit was given back), or the sale's Redis \
+         data is being rebuilt: try again.",
+    ),
+], FORWARDED);
+errors!(PathTokenErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, FORWARDED);
+errors!(ResultErrors: TOKEN, BAD_GOODS_ID, NO_SALE, &[
+    (ErrorCode::RateLimited, "Over the user's polling limit (`rate_limit.poll`)."),
+    (
+        ErrorCode::Busy,
+        "More requests in progress than the seckill-service replica takes (`seckill.max_in_flight`): \
+         shed at once, with `Retry-After`.",
+    ),
+    (ErrorCode::Unavailable, "Redis, stock-service or order-service did not answer: try again shortly."),
+], FORWARDED);
+errors!(ListGoodsErrors: ANONYMOUS_LIMIT, DATABASE, FORWARDED);
+errors!(GetGoodsErrors: ANONYMOUS_LIMIT, BAD_GOODS_ID, &[
+    (ErrorCode::GoodsNotFound, "No goods have this id."),
+], DATABASE, FORWARDED);
+errors!(ListOrdersErrors: TOKEN, ORDERS_LIMIT, DATABASE, FORWARDED);
+errors!(GetOrderErrors: TOKEN, ORDERS_LIMIT, BAD_ORDER_ID, ORDER_NOT_FOUND, DATABASE, FORWARDED);
+errors!(PayErrors: TOKEN, ORDERS_LIMIT, BAD_ORDER_ID, ORDER_NOT_FOUND, BODY_LIMIT, &[
+    (ErrorCode::OrderNotPayable, "The order is cancelled, expired, or unpaid past its payment deadline."),
+], DATABASE, FORWARDED);
+errors!(CancelErrors: TOKEN, ORDERS_LIMIT, BAD_ORDER_ID, ORDER_NOT_FOUND, BODY_LIMIT, &[
+    (ErrorCode::OrderNotCancellable, "The order is not unpaid: it is paid, cancelled or expired."),
+], DATABASE, FORWARDED);
+errors!(CreateSaleErrors: ADMIN, ADMIN_LIMIT, BODY_LIMIT, &[
+    (
+        ErrorCode::InvalidInput,
+        "The body is not a `NewGoods` (unknown fields are refused), or its fields disagree: the \
+         message names the field.",
+    ),
+    (ErrorCode::Unavailable, "stock-service or Redis did not answer: try again shortly."),
+], FORWARDED);
+errors!(AuditErrors: ADMIN, ADMIN_LIMIT, BAD_GOODS_ID, NO_SALE, &[
+    (ErrorCode::Unavailable, "Redis, the broker, stock-service or order-service did not answer."),
+], FORWARDED);
+errors!(RepairErrors: ADMIN, ADMIN_LIMIT, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
+    (
+        ErrorCode::Busy,
+        "The sale's Redis data is being rebuilt, or changed during the repair: try again.",
+    ),
+    (ErrorCode::Unavailable, "Redis, the broker, stock-service or order-service did not answer."),
+], FORWARDED);
+errors!(DevTokenErrors: ANONYMOUS_LIMIT, BODY_LIMIT, &[
+    (
+        ErrorCode::InvalidInput,
+        "The body is not a `DevTokenRequest`: a positive `user_id`, a `role` of `user` or \
+         `admin`, no other field.",
+    ),
+    (ErrorCode::Internal, "The token could not be signed."),
+]);
+errors!(ReferenceErrors: ANONYMOUS_LIMIT);
+errors!(SaleStateErrors: ANONYMOUS_LIMIT, BAD_GOODS_ID, NO_SALE, &[
+    (ErrorCode::Unavailable, "stock-service did not answer for a sale seckill-service did not know yet."),
+], FORWARDED);
+errors!(RenderErrors: ADMIN, ADMIN_LIMIT, &[
+    (ErrorCode::UpstreamUnavailable, "stock-service did not answer: the pages kept are served meanwhile."),
+]);
+
+/// Documentation only: each function exists for its `#[utoipa::path]`, which describes one
+/// public route with the types its service really sends. Summaries and descriptions are the
+/// doc comments.
+#[allow(dead_code)]
+mod operations {
+    use seckill_common::api::{
+        DevTokenRequest, Goods, NewGoods, Order, OrderAccepted, SaleAudit, SaleRepair, SaleState,
+        SeckillResult, TokenResponse,
+    };
+    use seckill_common::{GoodsId, OrderId};
+    use utoipa::ToSchema;
+
+    use super::*;
+
+    /// The body of `GET /readyz`.
+    #[derive(ToSchema)]
+    struct Readiness {
+        status: ReadyStatus,
+    }
+
+    /// `ready` while any service behind the gateway has a replica that answers, `unavailable`
+    /// when none does.
+    #[derive(ToSchema)]
+    #[schema(rename_all = "lowercase")]
+    enum ReadyStatus {
+        Ready,
+        Unavailable,
+    }
+
+    /// The body of `GET /healthz`.
+    #[derive(ToSchema)]
+    struct Health {
+        /// Always `ok`.
+        #[schema(pattern = "^ok$")]
+        status: String,
+    }
+
+    /// Buy one unit
+    ///
+    /// The hot path. One atomic step in Redis checks and consumes the path token, refuses a
+    /// repeat buyer, refuses when the stock is 0 and reserves a unit; the request is then put
+    /// on the order queue and, once the broker has confirmed it, answered 202. Nothing here
+    /// waits for the database: the order is written moments later, and the buyer polls the
+    /// result.
+    #[utoipa::path(
+        post,
+        path = "/api/seckill/{goods_id}/orders",
+        tag = "buying",
+        params(
+            ("goods_id" = GoodsId, Path, description = "The sale."),
+            (
+                "x-seckill-token" = String,
+                Header,
+                description = "The path token from `POST /api/seckill/{goods_id}/token` (up to 64 \
+                    characters; used once). Required unless seckill-service runs with \
+                    `seckill.require_token = false`."
+            ),
+        ),
+        responses(
+            (status = 202, description = "Accepted and queued: poll the result.", body = OrderAccepted),
+            BuyErrors,
+        )
+    )]
+    fn buy() {}
+
+    /// Get a path token
+    ///
+    /// The "hidden address" of a sale's buy: a token for this user and sale, to send as
+    /// `x-seckill-token` with the buy. The same unused token is answered while it lives
+    /// (`seckill.token_ttl_secs`); each buy consumes it. Answered only while the sale is open
+    /// and not sold out.
+    #[utoipa::path(
+        post,
+        path = "/api/seckill/{goods_id}/token",
+        tag = "buying",
+        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "The path token.", body = TokenResponse),
+            PathTokenErrors,
+        )
+    )]
+    fn path_token() {}
+
+    /// Poll a buy's result
+    ///
+    /// `queued` until the order is written, then `success` with the order id, or `failed` (the
+    /// unit was given back: the buyer may buy again). `none` when nothing is known of the
+    /// buyer in this sale. Answered from Redis, or, when Redis knows nothing of the buyer, from
+    /// the orders.
+    #[utoipa::path(
+        get,
+        path = "/api/seckill/{goods_id}/result",
+        tag = "buying",
+        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "Where the caller's buy stands.", body = SeckillResult),
+            ResultErrors,
+        )
+    )]
+    fn poll_result() {}
+
+    /// List the sales
+    ///
+    /// Every sale, ended ones too, with its stock as the stock ledger counts it.
+    #[utoipa::path(
+        get,
+        path = "/api/goods",
+        tag = "goods",
+        responses(
+            (status = 200, description = "The sales.", body = Vec<Goods>),
+            ListGoodsErrors,
+        )
+    )]
+    fn list_goods() {}
+
+    /// Get one sale
+    #[utoipa::path(
+        get,
+        path = "/api/goods/{id}",
+        tag = "goods",
+        params(("id" = GoodsId, Path, description = "The goods id.")),
+        responses(
+            (status = 200, description = "The sale.", body = Goods),
+            GetGoodsErrors,
+        )
+    )]
+    fn get_goods() {}
+
+    /// List the caller's orders
+    #[utoipa::path(
+        get,
+        path = "/api/orders",
+        tag = "orders",
+        responses(
+            (status = 200, description = "The caller's orders, every status.", body = Vec<Order>),
+            ListOrdersErrors,
+        )
+    )]
+    fn list_orders() {}
+
+    /// Get one of the caller's orders
+    #[utoipa::path(
+        get,
+        path = "/api/orders/{id}",
+        tag = "orders",
+        params(("id" = OrderId, Path, description = "The order id (from a `success` result).")),
+        responses(
+            (status = 200, description = "The order.", body = Order),
+            GetOrderErrors,
+        )
+    )]
+    fn get_order() {}
+
+    /// Pay an order
+    ///
+    /// A simulated payment: an unpaid order before its `expires_at` becomes `paid`. Paying a
+    /// paid order again changes nothing and answers 200.
+    #[utoipa::path(
+        post,
+        path = "/api/orders/{id}/pay",
+        tag = "orders",
+        params(("id" = OrderId, Path, description = "The order id.")),
+        responses(
+            (status = 200, description = "The order, paid.", body = Order),
+            PayErrors,
+        )
+    )]
+    fn pay_order() {}
+
+    /// Cancel an order
+    ///
+    /// An unpaid order becomes `cancelled` and its unit goes back on sale: the stock ledger
+    /// releases it, Redis sells it again, and the buyer may buy in this sale again.
+    #[utoipa::path(
+        post,
+        path = "/api/orders/{id}/cancel",
+        tag = "orders",
+        params(("id" = OrderId, Path, description = "The order id.")),
+        responses(
+            (status = 200, description = "The order, cancelled.", body = Order),
+            CancelErrors,
+        )
+    )]
+    fn cancel_order() {}
+
+    /// Publish a sale
+    ///
+    /// The goods are created at the stock ledger, then the stock is loaded into Redis before
+    /// the answer: the sale can sell from the moment this returns.
+    #[utoipa::path(
+        post,
+        path = "/api/admin/goods",
+        tag = "admin",
+        request_body = NewGoods,
+        responses(
+            (status = 201, description = "The sale, as `GET /api/goods/{id}` shows it.", body = Goods),
+            CreateSaleErrors,
+        )
+    )]
+    fn create_sale() {}
+
+    /// Audit a sale
+    ///
+    /// Compares the sale's Redis data, the stock ledger, the orders and the buy queue. Requests
+    /// in flight make some comparisons differ for a moment: judge a sale whose queue is empty.
+    #[utoipa::path(
+        get,
+        path = "/api/admin/goods/{id}/audit",
+        tag = "admin",
+        params(("id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "The comparison.", body = SaleAudit),
+            AuditErrors,
+        )
+    )]
+    fn audit_sale() {}
+
+    /// Repair a sale
+    ///
+    /// Writes the active orders back into Redis and sets its stock from the authorities (a
+    /// sale missing in Redis is rebuilt), then audits it again.
+    #[utoipa::path(
+        post,
+        path = "/api/admin/goods/{id}/repair",
+        tag = "admin",
+        params(("id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "What changed, and the audit after it.", body = SaleRepair),
+            RepairErrors,
+        )
+    )]
+    fn repair_sale() {}
+
+    /// Mint a token (development only)
+    ///
+    /// A JWT for any user and role, living `dev_token.ttl_secs`. Only when the gateway runs
+    /// with `auth.dev_tokens = true` (local runs and tests); otherwise the route does not exist
+    /// and is not in this document.
+    #[utoipa::path(
+        post,
+        path = "/api/auth/dev-token",
+        tag = "auth",
+        request_body = DevTokenRequest,
+        responses(
+            (status = 200, description = "The token, to send as `Authorization: Bearer <token>`.", body = TokenResponse),
+            DevTokenErrors,
+        )
+    )]
+    fn dev_token() {}
+
+    /// Readiness
+    ///
+    /// 200 while any service behind the gateway has a replica that answers, else 503: one
+    /// service down is answered route by route (503 `UPSTREAM_UNAVAILABLE`), not by taking
+    /// every gateway out of the load balancer. Says nothing of the inside; the admin listener
+    /// has the details. Not rate limited; one round of checks a second at most.
+    #[utoipa::path(
+        get,
+        path = "/readyz",
+        tag = "probes",
+        responses(
+            (status = 200, description = "Ready: `{\"status\": \"ready\"}`.", body = Readiness),
+            (status = 503, description = "No service answers: `{\"status\": \"unavailable\"}`.", body = Readiness),
+        )
+    )]
+    fn readiness() {}
+
+    /// Liveness
+    ///
+    /// 200 while the process serves requests. Not rate limited.
+    #[utoipa::path(
+        get,
+        path = "/healthz",
+        tag = "probes",
+        security(()),
+        responses((status = 200, description = "Alive.", body = Health))
+    )]
+    fn health() {}
+
+    /// This document
+    ///
+    /// The OpenAPI 3.1 document of the public API, built once at start. Send the `ETag` back in
+    /// `If-None-Match` to get a 304 without a body while it is unchanged.
+    #[utoipa::path(
+        get,
+        path = "/api/openapi.json",
+        tag = "reference",
+        responses(
+            (
+                status = 200,
+                description = "The document.",
+                content_type = "application/json",
+                body = Object,
+                headers(("ETag" = String, description = "Names this version of the document."))
+            ),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            ReferenceErrors,
+        )
+    )]
+    fn openapi_document() {}
+
+    /// The reference page
+    ///
+    /// This document as a page to read: every operation with its parameters, bodies and
+    /// responses. One HTML file that loads nothing from anywhere else.
+    #[utoipa::path(
+        get,
+        path = "/api/docs",
+        tag = "reference",
+        responses(
+            (status = 200, description = "The page.", content_type = "text/html", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            ReferenceErrors,
+        )
+    )]
+    fn docs_page() {}
+
+    /// A sale's state
+    ///
+    /// What a sale page asks when it opens: the sale's window, whether it was found sold out a
+    /// moment ago, and the server's clock (the countdown runs on it, whatever the buyer's clock
+    /// says). Answered from memory: by the gateway while it remembers the sale sold out, else
+    /// by seckill-service's sale book, never a database. `Cache-Control: no-store`.
+    #[utoipa::path(
+        get,
+        path = "/api/seckill/{goods_id}/state",
+        tag = "storefront",
+        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "The sale's state now.", body = SaleState),
+            SaleStateErrors,
+        )
+    )]
+    fn sale_state() {}
+
+    /// Render the storefront now
+    ///
+    /// Renders the list page and every sale's page from stock-service's figures at once (and
+    /// writes them under `storefront.dir` when set); otherwise each page is rendered again at
+    /// most every `storefront.refresh_secs`.
+    #[utoipa::path(
+        post,
+        path = "/api/admin/storefront/render",
+        tag = "admin",
+        responses(
+            (status = 200, description = "How many pages were rendered.", body = RenderedPages),
+            RenderErrors,
+        )
+    )]
+    fn render_storefront() {}
+
+    /// The body of `POST /api/admin/storefront/render`.
+    #[derive(ToSchema)]
+    struct RenderedPages {
+        /// The list page and one page per sale.
+        pages: u64,
+    }
+
+    /// The list of sales (HTML)
+    ///
+    /// Every sale with its prices, its stock when the page was rendered, and its window.
+    /// Rendered at most every `storefront.refresh_secs` and served from memory, with an ETag.
+    #[utoipa::path(
+        get,
+        path = "/",
+        tag = "storefront",
+        responses(
+            (status = 200, description = "The page.", content_type = "text/html", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            (status = 503, description = "stock-service did not answer and no page was kept: a short HTML page.", content_type = "text/html", body = String),
+        )
+    )]
+    fn list_page() {}
+
+    /// A sale's page (HTML)
+    ///
+    /// The sale with its countdown and buy button; the page's script signs in, buys, polls the
+    /// result and pays. Rendered at most every `storefront.refresh_secs` and served from
+    /// memory, with an ETag.
+    #[utoipa::path(
+        get,
+        path = "/sales/{id}",
+        tag = "storefront",
+        params(("id" = GoodsId, Path, description = "The sale.")),
+        responses(
+            (status = 200, description = "The page.", content_type = "text/html", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            (status = 404, description = "No sale has this id: a short HTML page.", content_type = "text/html", body = String),
+            (status = 503, description = "stock-service did not answer and no page was kept: a short HTML page.", content_type = "text/html", body = String),
+            ReferenceErrors,
+        )
+    )]
+    fn sale_page() {}
+
+    /// The admin page (HTML)
+    ///
+    /// Create a sale and watch its figures; its data comes from the admin routes, with an
+    /// admin's token.
+    #[utoipa::path(
+        get,
+        path = "/admin",
+        tag = "storefront",
+        responses(
+            (status = 200, description = "The page.", content_type = "text/html", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+        )
+    )]
+    fn admin_page() {}
+
+    /// The pages' script and style
+    #[utoipa::path(
+        get,
+        path = "/static/{file}",
+        tag = "storefront",
+        params(("file" = String, Path, description = "`store.js`, `store.css` or `admin.js`.")),
+        responses(
+            (status = 200, description = "The file (`immutable`: the pages name it with its hash).", content_type = "text/plain", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            (status = 404, description = "No such file: a short HTML page.", content_type = "text/html", body = String),
+        )
+    )]
+    fn asset() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_names_the_tag_weakly_in_a_list_or_as_a_star() {
+        let tag = "\"abc\"";
+        assert!(etag_matches("\"abc\"", tag));
+        assert!(etag_matches("W/\"abc\"", tag));
+        assert!(etag_matches("\"x\", \"abc\"", tag));
+        assert!(etag_matches("*", tag));
+        assert!(!etag_matches("\"abd\"", tag));
+        assert!(!etag_matches("abc", tag));
+        assert!(!etag_matches("", tag));
+    }
+
+    #[test]
+    fn the_page_policy_allows_exactly_its_own_script_and_style() {
+        let script = inline(PAGE, "script").expect("the page has an inline <script>");
+        let style = inline(PAGE, "style").expect("the page has an inline <style>");
+        assert!(script.len() > 1000 && style.len() > 100);
+        let policy = page_policy(PAGE);
+        let hash = |s: &str| base64::engine::general_purpose::STANDARD.encode(digest(&SHA256, s.as_bytes()));
+        assert!(policy.contains(&format!("script-src 'sha256-{}'", hash(script))), "{policy}");
+        assert!(policy.contains(&format!("style-src 'sha256-{}'", hash(style))), "{policy}");
+        // A second script or style, or attributes on them, would not be covered by the hashes.
+        assert_eq!(PAGE.matches("<script").count(), 1);
+        assert_eq!(PAGE.matches("<style").count(), 1);
+        assert!(!PAGE.contains(" style="), "inline style attributes are refused by the policy");
+    }
+
+    #[test]
+    fn error_statuses_come_from_the_codes_and_429_and_503_say_retry_after() {
+        let responses = error_responses(&[BUY_CLICK, TOKEN, FORWARDED]);
+        let statuses: Vec<&str> = responses.keys().map(String::as_str).collect();
+        assert_eq!(statuses, ["401", "410", "425", "429", "500", "503", "504"]);
+        let json = serde_json::to_value(&responses).unwrap();
+        assert!(json["429"]["headers"]["Retry-After"].is_object());
+        assert!(json["503"]["headers"]["Retry-After"].is_object());
+        assert!(json["410"]["headers"].is_null());
+        let examples = json["503"]["content"]["application/json"]["examples"].as_object().unwrap();
+        let codes: Vec<&str> = examples.keys().map(String::as_str).collect();
+        assert_eq!(codes, ["BUSY", "UNAVAILABLE", "UPSTREAM_UNAVAILABLE"]);
+        assert_eq!(examples["BUSY"]["value"]["code"], "BUSY");
+    }
+
+    #[test]
+    fn a_code_listed_twice_is_one_example_with_both_texts() {
+        let responses =
+            serde_json::to_value(error_responses(&[BUY_CLICK, &[(ErrorCode::Busy, "Also this.")]])).unwrap();
+        let description = responses["503"]["description"].as_str().unwrap();
+        assert_eq!(description.matches("`BUSY`").count(), 1, "{description}");
+        assert!(description.contains("Also this."));
+    }
+
+    #[test]
+    fn without_dev_tokens_the_dev_token_route_is_not_documented() {
+        assert!(api_document(true).paths.paths.contains_key("/api/auth/dev-token"));
+        assert!(!api_document(false).paths.paths.contains_key("/api/auth/dev-token"));
+    }
+}

@@ -1,0 +1,842 @@
+//! The storefront: the pages a buyer opens in a browser. A sale's page is static, rendered
+//! once per sale every `storefront.refresh_secs` and cacheable at the edge, so a spike of page
+//! views never reaches stock-service or its database; what moves on it (the countdown on the
+//! server's clock, sold out, the buy and its result) comes from small JSON calls its script
+//! makes (`assets/store/store.js`).
+//!
+//! Each page is kept in memory per replica. A fresh page is served as it is; a stale one is
+//! served while one request renders it again; a page not rendered yet is rendered by one
+//! request while those arriving meanwhile wait and share its outcome: a stampede on a cold or
+//! stale page makes one upstream call, not one per request. With `storefront.dir` set, the
+//! pages and their assets are also written there, so any web server or CDN can serve the same
+//! files.
+//!
+//! Also here: `GET /api/seckill/{goods_id}/state` (the page's one call as it opens), answered
+//! by the gateway itself while it remembers seckill-service calling the sale sold out.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use actix_web::http::StatusCode;
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use minijinja::value::Serde;
+use minijinja::{Environment, UndefinedBehavior};
+use seckill_common::api::{Goods, SaleState, SaleWindow};
+use seckill_common::{ErrorBody, ErrorCode, GoodsId};
+use seckill_web::ApiError;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::closed::ClosedSales;
+use crate::configuration::StorefrontSettings;
+use crate::proxy::{Proxy, Service};
+use crate::rate_limit::{Class, Who};
+use crate::state::Gateway;
+
+const LAYOUT: &str = include_str!("../assets/store/layout.html");
+const LIST: &str = include_str!("../assets/store/index.html");
+const SALE: &str = include_str!("../assets/store/sale.html");
+const ADMIN: &str = include_str!("../assets/store/admin.html");
+const NOT_FOUND: &str = include_str!("../assets/store/not_found.html");
+const UNAVAILABLE: &str = include_str!("../assets/store/unavailable.html");
+pub const STORE_JS: &str = include_str!("../assets/store/store.js");
+pub const STORE_CSS: &str = include_str!("../assets/store/store.css");
+pub const ADMIN_JS: &str = include_str!("../assets/store/admin.js");
+
+/// The assets' URLs carry their hash (`?v=`), so a new build's pages ask for new copies and the
+/// old ones may be kept for as long as a browser likes.
+const ASSET_CACHE: &str = "public, max-age=31536000, immutable";
+/// Error pages are of the moment: no cache keeps them.
+const NO_STORE: &str = "no-store";
+/// Scripts and styles from the gateway alone, no inline code, no framing.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                   img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// A page or asset ready to answer with: its body, a strong ETag of the body (the same bytes
+/// give the same tag on every replica) and its caching rule.
+#[derive(Debug)]
+pub struct Rendered {
+    status: StatusCode,
+    content_type: &'static str,
+    cache_control: String,
+    body: web::Bytes,
+    etag: String,
+}
+
+impl Rendered {
+    fn new(status: StatusCode, content_type: &'static str, cache_control: String, body: web::Bytes) -> Self {
+        let etag = format!("\"{:x}-{:016x}\"", body.len(), fnv1a(&body));
+        Self { status, content_type, cache_control, body, etag }
+    }
+
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+
+    /// The response to `req`: 304 when it already holds this very body.
+    fn respond(&self, req: &HttpRequest) -> HttpResponse {
+        let ok = self.status == StatusCode::OK;
+        let not_modified = ok && holds(req, &self.etag);
+        let mut res = HttpResponse::build(if not_modified { StatusCode::NOT_MODIFIED } else { self.status });
+        res.insert_header((header::CACHE_CONTROL, self.cache_control.as_str()))
+            .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
+        if ok {
+            res.insert_header((header::ETAG, self.etag.as_str()));
+        }
+        if not_modified {
+            return res.finish();
+        }
+        if self.content_type.starts_with("text/html") {
+            res.insert_header((header::CONTENT_SECURITY_POLICY, CSP));
+        }
+        res.insert_header((header::CONTENT_TYPE, self.content_type)).body(self.body.clone())
+    }
+}
+
+/// 64-bit FNV-1a: stable across builds, machines and replicas, which an ETag needs and std's
+/// hasher does not promise.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Whether `If-None-Match` names `etag` (or `*`); weak tags compare by their value, as RFC 9110
+/// says for a GET.
+fn holds(req: &HttpRequest, etag: &str) -> bool {
+    req.headers()
+        .get_all(header::IF_NONE_MATCH)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
+}
+
+/// A page kept in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PageKey {
+    List,
+    Sale(GoodsId),
+}
+
+impl PageKey {
+    /// Its file under `storefront.dir`.
+    fn file(self) -> String {
+        match self {
+            Self::List => "index.html".into(),
+            Self::Sale(g) => format!("sales/{g}.html"),
+        }
+    }
+}
+
+/// One page's place in memory.
+#[derive(Default)]
+struct Slot {
+    /// The page and until when it is fresh. A std mutex: held only to clone or swap an `Arc`.
+    current: Mutex<Option<(Arc<Rendered>, Instant)>>,
+    /// One render at a time, holding what the last render that kept no page answered (a 404 or
+    /// a 503) and when it ended, for the requests that waited for it.
+    render: tokio::sync::Mutex<Option<(Instant, Arc<Rendered>)>>,
+}
+
+impl Slot {
+    fn current(&self) -> Option<(Arc<Rendered>, Instant)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Keeps `page` until `fresh_until`; true when its body differs from the one it replaces.
+    fn keep(&self, page: Arc<Rendered>, fresh_until: Instant) -> bool {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = current.as_ref().is_none_or(|(old, _)| old.etag != page.etag);
+        *current = Some((page, fresh_until));
+        changed
+    }
+
+    /// Serves the page it holds until `fresh_until` (stock-service failed to give a new one).
+    fn extend(&self, fresh_until: Instant) {
+        if let Some((_, until)) = self.current.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            *until = fresh_until;
+        }
+    }
+}
+
+/// What a render came to.
+enum Outcome {
+    Page(Arc<Rendered>),
+    NotFound,
+    Unavailable,
+}
+
+/// A sale as the templates show it: every value formatted here, so the templates need no
+/// filters.
+#[derive(Debug, Serialize)]
+struct SaleView {
+    id: i64,
+    name: String,
+    price: String,
+    sale_price: String,
+    /// "50% off", or empty.
+    discount: String,
+    stock_available: i64,
+    stock_total: i64,
+    start_text: String,
+    end_text: String,
+    start_ms: i64,
+    end_ms: i64,
+    /// Where the sale stood when the page was made; the script keeps it current.
+    window_text: &'static str,
+}
+
+impl SaleView {
+    fn new(goods: &Goods, now: DateTime<Utc>) -> Self {
+        let discount = if goods.price_cents > 0 && goods.seckill_price_cents < goods.price_cents {
+            let (price, cut) = (goods.price_cents, goods.price_cents - goods.seckill_price_cents);
+            // Rounded to the nearest percent: 499.00 for 999.00 is "50% off".
+            let off = (cut * 100 + price / 2) / price;
+            if off > 0 { format!("{off}% off") } else { String::new() }
+        } else {
+            String::new()
+        };
+        Self {
+            id: goods.id.get(),
+            name: goods.name.clone(),
+            price: money(goods.price_cents),
+            sale_price: money(goods.seckill_price_cents),
+            discount,
+            stock_available: goods.stock_available,
+            stock_total: goods.stock_total,
+            start_text: when(goods.start_at),
+            end_text: when(goods.end_at),
+            start_ms: goods.start_at.timestamp_millis(),
+            end_ms: goods.end_at.timestamp_millis(),
+            window_text: match goods.window_at(now) {
+                SaleWindow::NotStarted => "Opens soon",
+                SaleWindow::Open => "On now",
+                SaleWindow::Ended => "Ended",
+            },
+        }
+    }
+}
+
+/// Cents as a price: `49900` is `499.00`.
+fn money(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let cents = cents.unsigned_abs();
+    format!("{sign}{}.{:02}", cents / 100, cents % 100)
+}
+
+fn when(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// The asset URLs the pages link to.
+#[derive(Debug, Serialize)]
+struct AssetUrls {
+    css: String,
+    js: String,
+    admin_js: String,
+}
+
+impl AssetUrls {
+    /// Ours, so not escaped (the escaper writes every `/` as `&#x2f;`).
+    fn value(&self) -> minijinja::Value {
+        let safe = |url: &str| minijinja::Value::from_safe_string(url.to_owned());
+        minijinja::context! { css => safe(&self.css), js => safe(&self.js), admin_js => safe(&self.admin_js) }
+    }
+}
+
+/// The templates and what every page shares.
+struct Templates {
+    env: Environment<'static>,
+    urls: minijinja::Value,
+    dev_tokens: bool,
+}
+
+impl Templates {
+    /// Renders `template` with `view` and what every page shares.
+    fn html(
+        &self,
+        status: StatusCode,
+        cache_control: String,
+        template: &str,
+        view: impl Serialize,
+    ) -> anyhow::Result<Rendered> {
+        let context = minijinja::context! {
+            assets => self.urls.clone(),
+            dev_tokens => self.dev_tokens,
+            ..Serde(view)
+        };
+        let html = self.env.get_template(template)?.render(context)?;
+        Ok(Rendered::new(status, "text/html; charset=utf-8", cache_control, html.into()))
+    }
+}
+
+/// The pages, their assets and what is known of each sale's window.
+pub struct Storefront {
+    templates: Templates,
+    refresh: Duration,
+    dir: Option<PathBuf>,
+    pages: DashMap<PageKey, Arc<Slot>>,
+    /// Each sale's start and end as seen in its goods (they never change), for the state
+    /// route's own answers.
+    windows: DashMap<GoodsId, (DateTime<Utc>, DateTime<Utc>)>,
+    store_js: Rendered,
+    store_css: Rendered,
+    admin_js: Rendered,
+    admin: Rendered,
+    not_found: Arc<Rendered>,
+    unavailable: Arc<Rendered>,
+}
+
+impl Storefront {
+    /// Loads the templates and renders the pages that hold no data (a template that does not
+    /// render stops the start, not a buyer's request).
+    pub fn new(settings: &StorefrontSettings, dev_tokens: bool) -> anyhow::Result<Self> {
+        let mut env = Environment::new();
+        // A name the template uses and the view lacks is a mistake to hear of, not a blank.
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // No blank line for each block tag: a smaller page.
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build()?,
+        );
+        for (name, source) in [
+            ("layout.html", LAYOUT),
+            ("index.html", LIST),
+            ("sale.html", SALE),
+            ("admin.html", ADMIN),
+            ("not_found.html", NOT_FOUND),
+            ("unavailable.html", UNAVAILABLE),
+        ] {
+            env.add_template(name, source).with_context(|| format!("storefront template {name}"))?;
+        }
+        let asset = |body: &'static str, content_type| {
+            Rendered::new(
+                StatusCode::OK,
+                content_type,
+                ASSET_CACHE.into(),
+                web::Bytes::from_static(body.as_bytes()),
+            )
+        };
+        let store_js = asset(STORE_JS, "text/javascript; charset=utf-8");
+        let store_css = asset(STORE_CSS, "text/css; charset=utf-8");
+        let admin_js = asset(ADMIN_JS, "text/javascript; charset=utf-8");
+        let version = |r: &Rendered| format!("{:016x}", fnv1a(&r.body));
+        let urls = AssetUrls {
+            css: format!("/static/store.css?v={}", version(&store_css)),
+            js: format!("/static/store.js?v={}", version(&store_js)),
+            admin_js: format!("/static/admin.js?v={}", version(&admin_js)),
+        };
+        let templates = Templates { env, urls: urls.value(), dev_tokens };
+        let refresh = settings.refresh();
+        let page_cache = format!("public, max-age={}", refresh.as_secs());
+        let none = json!({});
+        let admin = templates.html(StatusCode::OK, page_cache, "admin.html", &none)?;
+        let not_found = templates.html(StatusCode::NOT_FOUND, NO_STORE.into(), "not_found.html", &none)?;
+        let unavailable =
+            templates.html(StatusCode::SERVICE_UNAVAILABLE, NO_STORE.into(), "unavailable.html", &none)?;
+        Ok(Self {
+            templates,
+            refresh,
+            dir: settings.dir.clone(),
+            pages: DashMap::new(),
+            windows: DashMap::new(),
+            store_js,
+            store_css,
+            admin_js,
+            admin,
+            not_found: Arc::new(not_found),
+            unavailable: Arc::new(unavailable),
+        })
+    }
+
+    fn page_cache(&self) -> String {
+        format!("public, max-age={}", self.refresh.as_secs())
+    }
+
+    fn list_page(&self, goods: &[Goods]) -> anyhow::Result<Rendered> {
+        let now = Utc::now();
+        let mut sales: Vec<&Goods> = goods.iter().collect();
+        // Open sales first, then those to come, soonest first; ended ones last, latest first.
+        sales.sort_by_key(|g| match g.window_at(now) {
+            SaleWindow::Open => (0, g.end_at.timestamp_millis()),
+            SaleWindow::NotStarted => (1, g.start_at.timestamp_millis()),
+            SaleWindow::Ended => (2, -g.end_at.timestamp_millis()),
+        });
+        let sales: Vec<SaleView> = sales.into_iter().map(|g| SaleView::new(g, now)).collect();
+        self.templates.html(StatusCode::OK, self.page_cache(), "index.html", json!({ "sales": sales }))
+    }
+
+    fn sale_page(&self, goods: &Goods) -> anyhow::Result<Rendered> {
+        let view = SaleView::new(goods, Utc::now());
+        self.templates.html(StatusCode::OK, self.page_cache(), "sale.html", json!({ "sale": view }))
+    }
+
+    fn learn(&self, goods: &Goods) {
+        self.windows.insert(goods.id, (goods.start_at, goods.end_at));
+    }
+
+    fn slot(&self, key: PageKey) -> Arc<Slot> {
+        if let Some(slot) = self.pages.get(&key) {
+            return slot.clone();
+        }
+        self.pages.entry(key).or_default().clone()
+    }
+
+    /// The page for `key`: from memory while fresh; stale, while one request renders it again;
+    /// not rendered yet, rendered by one request, the others waiting for its outcome.
+    async fn page(&self, proxy: &Proxy, key: PageKey) -> Arc<Rendered> {
+        let asked = Instant::now();
+        let slot = self.slot(key);
+        if let Some((page, fresh_until)) = slot.current() {
+            if fresh_until > asked {
+                return page;
+            }
+            let Ok(mut last) = slot.render.try_lock() else {
+                return page;
+            };
+            // Another request may have rendered it between the look and the lock.
+            if let Some((newer, fresh_until)) = slot.current()
+                && fresh_until > Instant::now()
+            {
+                return newer;
+            }
+            return self.render_into(proxy, key, &slot, &mut last).await;
+        }
+        let mut last = slot.render.lock().await;
+        if let Some((page, _)) = slot.current() {
+            return page;
+        }
+        // A render ended while this request waited and kept nothing: its answer is this
+        // request's too, rather than one more call per waiting request, one after another.
+        if let Some((at, answer)) = last.as_ref()
+            && *at >= asked
+        {
+            return answer.clone();
+        }
+        self.render_into(proxy, key, &slot, &mut last).await
+    }
+
+    /// Renders `key` with `slot`'s render lock held, and keeps what came of it.
+    async fn render_into(
+        &self,
+        proxy: &Proxy,
+        key: PageKey,
+        slot: &Arc<Slot>,
+        last: &mut Option<(Instant, Arc<Rendered>)>,
+    ) -> Arc<Rendered> {
+        let outcome = self.render(proxy, key).await;
+        let name = match key {
+            PageKey::List => "list",
+            PageKey::Sale(_) => "sale",
+        };
+        let label = match &outcome {
+            Outcome::Page(_) => "rendered",
+            Outcome::NotFound => "not_found",
+            Outcome::Unavailable => "unavailable",
+        };
+        metrics::counter!("gateway_storefront_renders_total", "page" => name, "outcome" => label)
+            .increment(1);
+        let answer = match outcome {
+            Outcome::Page(page) => {
+                // A slot dropped meanwhile (a sale was created) holds a page older than the
+                // one the next request renders: it must not overwrite that one's file.
+                let current = self.pages.get(&key).is_some_and(|s| Arc::ptr_eq(&s, slot));
+                if slot.keep(page.clone(), Instant::now() + self.refresh) && current {
+                    self.write_logged(&key.file(), &page.body).await;
+                }
+                return page;
+            }
+            Outcome::Unavailable => {
+                if let Some((stale, _)) = slot.current() {
+                    // The page held stays (stale beats an error), asked for again in a while.
+                    slot.extend(Instant::now() + self.refresh);
+                    return stale;
+                }
+                self.unavailable.clone()
+            }
+            Outcome::NotFound => self.not_found.clone(),
+        };
+        // Nothing to keep: the slot goes, so ids that name no sale leave nothing behind (the
+        // requests that waited on it hold it and read the answer).
+        if slot.current().is_none() {
+            self.pages.remove_if(&key, |_, s| Arc::ptr_eq(s, slot));
+        }
+        *last = Some((Instant::now(), answer.clone()));
+        answer
+    }
+
+    async fn render(&self, proxy: &Proxy, key: PageKey) -> Outcome {
+        let rendered = match key {
+            PageKey::List => match list_goods(proxy).await {
+                Ok(goods) => {
+                    goods.iter().for_each(|g| self.learn(g));
+                    self.list_page(&goods)
+                }
+                Err(e) => return unavailable("the sales list", &e),
+            },
+            PageKey::Sale(g) => match one_goods(proxy, g).await {
+                Ok(Some(goods)) => {
+                    self.learn(&goods);
+                    self.sale_page(&goods)
+                }
+                Ok(None) => return Outcome::NotFound,
+                Err(e) => return unavailable("a sale", &e),
+            },
+        };
+        match rendered {
+            Ok(page) => Outcome::Page(Arc::new(page)),
+            Err(e) => {
+                tracing::error!(error.cause_chain = %format_args!("{e:#}"), "storefront: a page did not render");
+                Outcome::Unavailable
+            }
+        }
+    }
+
+    /// Renders the list and every sale's page now from one call for the list, keeps them, and
+    /// writes them all (with the assets) when `storefront.dir` is set. The number of pages.
+    pub async fn render_all(&self, proxy: &Proxy) -> Result<usize, ApiError> {
+        let goods = list_goods(proxy).await.map_err(|e| {
+            ApiError::new(ErrorCode::UpstreamUnavailable, "the sales could not be read; no page was rendered")
+                .with_cause(anyhow::anyhow!("{e}"))
+        })?;
+        let mut rendered = vec![(PageKey::List, self.list_page(&goods).map_err(ApiError::internal)?)];
+        for g in &goods {
+            self.learn(g);
+            rendered.push((PageKey::Sale(g.id), self.sale_page(g).map_err(ApiError::internal)?));
+        }
+        let pages = rendered.len();
+        let fresh_until = Instant::now() + self.refresh;
+        for (key, page) in rendered {
+            let page = Arc::new(page);
+            self.slot(key).keep(page.clone(), fresh_until);
+            self.write(&key.file(), &page.body).await.map_err(ApiError::internal)?;
+        }
+        self.write_static().await.map_err(ApiError::internal)?;
+        metrics::counter!("gateway_storefront_renders_total", "page" => "all", "outcome" => "rendered")
+            .increment(1);
+        Ok(pages)
+    }
+
+    /// A sale was just created: the list is rendered anew on its next request (and written
+    /// now, for the files' readers).
+    pub fn sale_created(gateway: &web::Data<Gateway>) {
+        gateway.storefront.pages.remove(&PageKey::List);
+        if gateway.storefront.dir.is_some() {
+            let gateway = gateway.clone();
+            actix_web::rt::spawn(async move {
+                gateway.storefront.page(&gateway.proxy, PageKey::List).await;
+            });
+        }
+    }
+
+    /// Creates `storefront.dir` and writes what holds no data (assets, the admin page); at
+    /// start, so a directory that cannot be written stops the start.
+    pub async fn prepare_dir(&self) -> anyhow::Result<()> {
+        if let Some(dir) = &self.dir {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .with_context(|| format!("storefront.dir {}", dir.display()))?;
+            self.write_static().await?;
+        }
+        Ok(())
+    }
+
+    /// The files that hold no data (under `storefront.dir`, when set).
+    async fn write_static(&self) -> anyhow::Result<()> {
+        self.write("static/store.js", &self.store_js.body).await?;
+        self.write("static/store.css", &self.store_css.body).await?;
+        self.write("static/admin.js", &self.admin_js.body).await?;
+        self.write("admin.html", &self.admin.body).await
+    }
+
+    /// Writes `file` under `storefront.dir` (when set) whole or not at all: a temporary file
+    /// renamed over it, so a web server reading it never sees half a page.
+    async fn write(&self, file: &str, body: &[u8]) -> anyhow::Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let path = dir.join(file);
+        let parent = path.parent().unwrap_or(dir);
+        tokio::fs::create_dir_all(parent).await.with_context(|| format!("create {}", parent.display()))?;
+        let temp = temp_path(&path);
+        tokio::fs::write(&temp, body).await.with_context(|| format!("write {}", temp.display()))?;
+        if let Err(e) = tokio::fs::rename(&temp, &path).await {
+            let _ = tokio::fs::remove_file(&temp).await;
+            return Err(e).with_context(|| format!("rename onto {}", path.display()));
+        }
+        Ok(())
+    }
+
+    /// As `write`, for a page served anyway: a failure is logged, the buyer still gets it.
+    async fn write_logged(&self, file: &str, body: &[u8]) {
+        if let Err(e) = self.write(file, body).await {
+            tracing::warn!(error.cause_chain = %format_args!("{e:#}"), "storefront: a page was not written to storefront.dir");
+        }
+    }
+
+    /// The gateway's own answer to a sale's state while it remembers seckill-service calling
+    /// the sale gone (`crate::closed`) and knows the sale's window; else None (ask
+    /// seckill-service).
+    fn closed_state(&self, g: GoodsId, closed: &ClosedSales) -> Option<HttpResponse> {
+        let body = closed.remembered(g)?;
+        let (start_at, end_at) = *self.windows.get(&g)?;
+        // `ENDED` closes a sale too; only `SOLD_OUT` says it sold out.
+        let sold_out =
+            serde_json::from_slice::<ErrorBody>(&body).is_ok_and(|b| b.code == ErrorCode::SoldOut.as_str());
+        let state =
+            SaleState { goods_id: g, start_at, end_at, sold_out, now_ms: Utc::now().timestamp_millis() };
+        metrics::counter!("gateway_sale_state_answers_total").increment(1);
+        Some(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, NO_STORE)).json(state))
+    }
+}
+
+/// A temporary name next to `path`, unique to this write.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()))
+}
+
+fn unavailable(what: &str, e: &ApiError) -> Outcome {
+    tracing::warn!(error = %e, "storefront: stock-service did not give {what}");
+    Outcome::Unavailable
+}
+
+/// `GET /api/goods` at stock-service.
+async fn list_goods(proxy: &Proxy) -> Result<Vec<Goods>, ApiError> {
+    let (status, body) = proxy.get(Service::Stock, "/api/goods").await?;
+    if status != 200 {
+        return Err(ApiError::new(
+            ErrorCode::UpstreamUnavailable,
+            format!("GET /api/goods answered {status}"),
+        ));
+    }
+    serde_json::from_slice(&body).map_err(ApiError::internal)
+}
+
+/// `GET /api/goods/{id}` at stock-service: None when it knows no such sale.
+async fn one_goods(proxy: &Proxy, g: GoodsId) -> Result<Option<Goods>, ApiError> {
+    let (status, body) = proxy.get(Service::Stock, &format!("/api/goods/{g}")).await?;
+    match status {
+        200 => serde_json::from_slice(&body).map(Some).map_err(ApiError::internal),
+        404 => Ok(None),
+        _ => Err(ApiError::new(
+            ErrorCode::UpstreamUnavailable,
+            format!("GET /api/goods/{g} answered {status}"),
+        )),
+    }
+}
+
+/// `GET /`: every sale.
+pub async fn list(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    gateway.storefront.page(&gateway.proxy, PageKey::List).await.respond(&req)
+}
+
+/// `GET /sales/{id}`: one sale.
+pub async fn sale(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let storefront = &gateway.storefront;
+    match req.match_info().get("id").and_then(|v| v.parse::<GoodsId>().ok()) {
+        Some(g) => storefront.page(&gateway.proxy, PageKey::Sale(g)).await.respond(&req),
+        None => storefront.not_found.respond(&req),
+    }
+}
+
+/// `GET /admin`: the admin page (its data comes from the admin API, with an admin's token).
+pub async fn admin(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    gateway.storefront.admin.respond(&req)
+}
+
+/// `GET /static/{file}`: the pages' script and style.
+pub async fn asset(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let storefront = &gateway.storefront;
+    match req.match_info().get("file") {
+        Some("store.js") => storefront.store_js.respond(&req),
+        Some("store.css") => storefront.store_css.respond(&req),
+        Some("admin.js") => storefront.admin_js.respond(&req),
+        _ => storefront.not_found.respond(&req),
+    }
+}
+
+/// `POST /api/admin/storefront/render`: an admin renders every page now; `{"pages": n}`.
+pub async fn render_now(req: HttpRequest, gateway: web::Data<Gateway>) -> Result<HttpResponse, ApiError> {
+    let caller = gateway.auth.authenticate(&req)?;
+    caller.require_admin()?;
+    gateway.limits.take(Class::Admin, Who::user(caller.id)).await?;
+    let pages = gateway.storefront.render_all(&gateway.proxy).await?;
+    tracing::info!(pages, user_id = %caller.id, "storefront rendered");
+    Ok(HttpResponse::Ok().json(json!({ "pages": pages })))
+}
+
+/// `GET /api/seckill/{goods_id}/state` (anonymous): the gateway's own answer while it remembers
+/// the sale sold out, else seckill-service's (its window learnt on the way).
+pub async fn sale_state(
+    req: HttpRequest,
+    payload: web::Payload,
+    gateway: web::Data<Gateway>,
+) -> Result<HttpResponse, ApiError> {
+    let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
+    if let Some(g) = goods
+        && let Some(answer) = gateway.storefront.closed_state(g, &gateway.closed)
+    {
+        return Ok(answer);
+    }
+    let res = gateway.pass(Service::Seckill, &req, payload, None).await?;
+    match goods {
+        Some(g) if res.status() == StatusCode::OK && !gateway.storefront.windows.contains_key(&g) => {
+            let (res, body) = res.into_parts();
+            let body = actix_web::body::to_bytes(body)
+                .await
+                .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?;
+            if let Ok(state) = serde_json::from_slice::<SaleState>(&body) {
+                gateway.storefront.windows.insert(state.goods_id, (state.start_at, state.end_at));
+            }
+            Ok(res.set_body(body).map_into_boxed_body())
+        }
+        _ => Ok(res),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn goods(id: i64, name: &str) -> Goods {
+        let now = Utc::now();
+        Goods {
+            id: GoodsId::new(id).unwrap(),
+            name: name.into(),
+            price_cents: 99_900,
+            seckill_price_cents: 49_900,
+            stock_total: 100,
+            stock_available: 37,
+            start_at: now - chrono::Duration::minutes(1),
+            end_at: now + chrono::Duration::hours(1),
+        }
+    }
+
+    fn storefront(dev_tokens: bool) -> Storefront {
+        Storefront::new(&StorefrontSettings::default(), dev_tokens).unwrap()
+    }
+
+    fn text(r: &Rendered) -> &str {
+        std::str::from_utf8(&r.body).unwrap()
+    }
+
+    #[test]
+    fn the_fnv_hash_is_the_published_one() {
+        // FNV-1a 64 test vectors: the tag must not depend on this build.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn a_sale_page_escapes_what_an_admin_typed_and_carries_the_ids_the_script_needs() {
+        let page = storefront(true).sale_page(&goods(7, "<script>alert(1)</script> & co")).unwrap();
+        let html = text(&page);
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt; &amp; co"), "{html}");
+        assert!(html.contains("data-dev-tokens=\"true\""));
+        for id in [
+            "signin-user",
+            "signin-button",
+            "signout",
+            "countdown",
+            "buy",
+            "status",
+            "order-id",
+            "pay",
+            "paid",
+        ] {
+            assert!(html.contains(&format!("id=\"{id}\"")), "no #{id}");
+        }
+        assert!(html.contains("499.00") && html.contains("999.00") && html.contains("50% off"), "{html}");
+        assert!(html.contains("37 of 100 left"), "{html}");
+        assert!(html.contains("data-goods-id=\"7\""));
+    }
+
+    #[test]
+    fn without_dev_tokens_the_page_asks_for_a_token() {
+        let html = text(&storefront(false).sale_page(&goods(7, "phone")).unwrap()).to_owned();
+        assert!(html.contains("id=\"signin-token\"") && !html.contains("id=\"signin-user\""), "{html}");
+        assert!(html.contains("data-dev-tokens=\"false\""));
+    }
+
+    #[test]
+    fn the_same_goods_render_the_same_bytes_and_tag() {
+        let (a, b) = (storefront(true), storefront(true));
+        let list = [goods(1, "one"), goods(2, "two")];
+        let (x, y) = (a.list_page(&list).unwrap(), b.list_page(&list).unwrap());
+        assert_eq!((x.body(), x.etag()), (y.body(), y.etag()));
+        let mut other = list.clone();
+        other[1].stock_available -= 1;
+        assert_ne!(a.list_page(&other).unwrap().etag(), x.etag());
+    }
+
+    #[test]
+    fn money_and_discounts() {
+        assert_eq!(money(49_900), "499.00");
+        assert_eq!(money(5), "0.05");
+        assert_eq!(money(0), "0.00");
+        let mut g = goods(1, "x");
+        g.seckill_price_cents = g.price_cents;
+        assert_eq!(SaleView::new(&g, Utc::now()).discount, "");
+        g.price_cents = 0;
+        g.seckill_price_cents = 0;
+        assert_eq!(SaleView::new(&g, Utc::now()).discount, "");
+    }
+
+    /// Every code the API answers with, listed by a match: a new code does not compile here
+    /// until it is added, and then this test wants a sentence for it in `store.js`.
+    fn every_code() -> Vec<ErrorCode> {
+        use ErrorCode::*;
+        let all = [
+            InvalidInput,
+            PayloadTooLarge,
+            Unauthorized,
+            Forbidden,
+            NotFound,
+            MethodNotAllowed,
+            GoodsNotFound,
+            OrderNotFound,
+            NotStarted,
+            Ended,
+            SoldOut,
+            Repeated,
+            BadToken,
+            RateLimited,
+            OutOfStock,
+            KeyReleased,
+            OrderNotPayable,
+            OrderNotCancellable,
+            Busy,
+            Unavailable,
+            UpstreamUnavailable,
+            UpstreamTimeout,
+            Internal,
+        ];
+        for code in all {
+            match code {
+                InvalidInput | PayloadTooLarge | Unauthorized | Forbidden | NotFound | MethodNotAllowed
+                | GoodsNotFound | OrderNotFound | NotStarted | Ended | SoldOut | Repeated | BadToken
+                | RateLimited | OutOfStock | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy
+                | Unavailable | UpstreamUnavailable | UpstreamTimeout | Internal => {}
+            }
+        }
+        all.to_vec()
+    }
+
+    #[test]
+    fn the_buyers_script_has_a_sentence_for_every_error_code() {
+        for code in every_code() {
+            assert!(
+                STORE_JS.contains(&format!("    {}: '", code.as_str())),
+                "store.js says nothing for {code}"
+            );
+        }
+    }
+}
