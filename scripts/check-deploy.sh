@@ -27,6 +27,8 @@
 #                              per-overlay settings, Ingress, NetworkPolicies; the gateway's
 #                              admin port (9080) scraped, reachable from monitoring only;
 #   tests/custom_resources.rs  the CloudNativePG, RabbitMQ and KEDA resources' fields;
+#   tests/grafana.rs           deploy/grafana/seckill.json (and docs/OPERATIONS.md's PromQL)
+#                              names only metrics the services export, and each has a panel;
 #   tests/permissions.rs       each service's broker user may do exactly what its code's
 #                              broker_use declares, consumes and publishes (compose and
 #                              deploy/k8s/rabbitmq-users.sh, whose keda user may do nothing);
