@@ -306,6 +306,8 @@ cat <<EOF
 
 Seckill is up: $UP_LINE; logs and pids in run/; stop everything with scripts/down.sh.
 Demo sale: goods id $GOODS_ID, 100 units, on sale from $START_AT until $END_AT.
+In a browser: $GATEWAY/ (the sales; buy on $GATEWAY/sales/$GOODS_ID), $GATEWAY/admin (create
+sales, watch their figures), $GATEWAY/api/docs (the API).
 
 One purchase (paste into bash; user 42 may buy once, another user_id buys again).$GW_NOTE
 
