@@ -7,6 +7,19 @@
 #                          saying what to run and return non-zero.
 #   stop_started_servers   stop exactly the servers that ensure_servers started (down.sh).
 #   require_cargo          find cargo (also in ~/.cargo/bin) or say how to install Rust.
+#   ensure_browser         make sure Chromium and ChromeDriver are there for the browser tests
+#                          (crates/e2e/tests/browser): use them, else install Debian's chromium
+#                          and chromium-driver (apt-get, as root or with passwordless sudo);
+#                          else print one line saying what to run and return non-zero. Exports
+#                          SECKILL_CHROMIUM and SECKILL_CHROMEDRIVER. SECKILL_SKIP_BROWSER_TESTS=1
+#                          skips all this (and the tests skip themselves).
+#   ensure_schemathesis    schemathesis for the API check (crates/e2e/tests/api_check.rs): a venv
+#                          under ${XDG_CACHE_HOME:-~/.cache}/seckill/ with the versions pinned in
+#                          scripts/requirements-api-check.txt, made on first use (python3 -m venv,
+#                          pip from PyPI; Debian's python3-venv installed when missing and
+#                          possible) and reused after; else one line saying what to run. Exports
+#                          SECKILL_SCHEMATHESIS (one set by the user wins). SECKILL_SKIP_API_CHECK=1
+#                          skips all this (and the test skips itself).
 #   build_release          cargo build --release --bins; sets SECKILL_BIN_DIR (up.sh, bench.sh).
 #
 # Exported for callers (values already set by the user are kept):
@@ -488,6 +501,49 @@ _seckill_ensure_rabbitmq() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Chromium and ChromeDriver, for the browser tests
+
+# One line for a browser binary that is missing and that this script cannot install.
+_seckill_browser_missing() {
+    local what=$1 path=$2 var=$3 hint
+    if command -v apt-get >/dev/null 2>&1; then
+        hint="install them as root (apt-get install -y --no-install-recommends chromium chromium-driver)"
+    else
+        hint="install Chromium and its ChromeDriver (Debian/Ubuntu packages chromium and chromium-driver)"
+    fi
+    seckill_say "$what for the browser tests is not at $path and this script cannot install it: $hint, or export $var with its path, or export SECKILL_SKIP_BROWSER_TESTS=1 to skip those tests."
+}
+
+# ---------------------------------------------------------------------------------------------
+# schemathesis, for the API check
+
+# One line for what the API check lacks ($1) and what to do about it ($2).
+_seckill_api_check_missing() {
+    seckill_say "$1, which the API check (schemathesis) needs: $2, or export SECKILL_SKIP_API_CHECK=1 to skip that test."
+}
+
+# python3 with a working venv module (which brings pip): the machine's, else Debian's python3-venv
+# installed (as root or with passwordless sudo). Prints its path.
+_seckill_python_with_venv() {
+    local python
+    if python=$(command -v python3) && "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        printf '%s\n' "$python"
+        return 0
+    fi
+    if ! _seckill_can_install; then
+        if [[ -z $python ]]; then
+            _seckill_api_check_missing "python3 not found" "install it as root (apt-get install -y python3 python3-venv)"
+        else
+            _seckill_api_check_missing "$python has no venv or pip" "install python3-venv as root (apt-get install -y python3-venv)"
+        fi
+        return 1
+    fi
+    _seckill_apt_install python3-venv >&2 || return 1
+    python=$(command -v python3) || return 1
+    printf '%s\n' "$python"
+}
+
+# ---------------------------------------------------------------------------------------------
 # Public functions
 
 ensure_servers() {
@@ -496,6 +552,46 @@ ensure_servers() {
     _seckill_ensure_redis || return 1
     _seckill_ensure_rabbitmq || return 1
     seckill_say "servers ready: PostgreSQL $(seckill_redact "$SECKILL_PG_URL"), Redis $(seckill_redact "$SECKILL_REDIS_URL"), RabbitMQ $(seckill_redact "$SECKILL_AMQP_URL")"
+}
+
+# Chromium and ChromeDriver at the paths of Debian's packages chromium and chromium-driver, or
+# where SECKILL_CHROMIUM and SECKILL_CHROMEDRIVER say (then nothing is installed for them).
+ensure_browser() {
+    local chromium=${SECKILL_CHROMIUM:-/usr/bin/chromium} driver=${SECKILL_CHROMEDRIVER:-/usr/bin/chromedriver}
+    if [[ -n ${SECKILL_SKIP_BROWSER_TESTS:-} && $SECKILL_SKIP_BROWSER_TESTS != 0 ]]; then
+        seckill_say "SECKILL_SKIP_BROWSER_TESTS is set: the browser tests skip themselves"
+        return 0
+    fi
+    if [[ ! -x $chromium || ! -x $driver ]]; then
+        if [[ -n ${SECKILL_CHROMIUM:-} && ! -x $chromium ]]; then
+            seckill_say "SECKILL_CHROMIUM=$chromium is not an executable: point it at Chromium, or unset it to use Debian's chromium."
+            return 1
+        fi
+        if [[ -n ${SECKILL_CHROMEDRIVER:-} && ! -x $driver ]]; then
+            seckill_say "SECKILL_CHROMEDRIVER=$driver is not an executable: point it at ChromeDriver, or unset it to use Debian's chromium-driver."
+            return 1
+        fi
+        if ! _seckill_can_install; then
+            if [[ ! -x $chromium ]]; then
+                _seckill_browser_missing Chromium "$chromium" SECKILL_CHROMIUM
+            else
+                _seckill_browser_missing ChromeDriver "$driver" SECKILL_CHROMEDRIVER
+            fi
+            return 1
+        fi
+        # chromium first: an older one installed by hand is upgraded to the version the driver
+        # requires.
+        _seckill_apt_install chromium || return 1
+        _seckill_apt_install chromium-driver || return 1
+        if [[ ! -x $chromium || ! -x $driver ]]; then
+            seckill_say "chromium and chromium-driver are installed but $chromium or $driver is missing; see run/apt.log"
+            return 1
+        fi
+    fi
+    SECKILL_CHROMIUM=$chromium
+    SECKILL_CHROMEDRIVER=$driver
+    export SECKILL_CHROMIUM SECKILL_CHROMEDRIVER
+    seckill_say "browser ready: $("$driver" --version 2>/dev/null | head -n 1)"
 }
 
 # Stops the servers recorded in run/servers.started (newest first) and forgets them.
@@ -576,6 +672,48 @@ require_cargo() {
         seckill_say "cargo not found: install Rust with rustup (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), then open a new shell."
         return 1
     fi
+}
+
+# The venv is named by the requirements' hash: a changed pin makes a new one (and the old goes).
+ensure_schemathesis() {
+    local req=$SECKILL_ROOT/scripts/requirements-api-check.txt cache venv old python
+    if [[ -n ${SECKILL_SKIP_API_CHECK:-} && $SECKILL_SKIP_API_CHECK != 0 ]]; then
+        seckill_say "SECKILL_SKIP_API_CHECK is set: the API check skips itself"
+        return 0
+    fi
+    if [[ -n ${SECKILL_SCHEMATHESIS:-} ]]; then
+        if [[ ! -x $SECKILL_SCHEMATHESIS ]]; then
+            seckill_say "SECKILL_SCHEMATHESIS=$SECKILL_SCHEMATHESIS is not an executable: point it at schemathesis, or unset it to have a venv made."
+            return 1
+        fi
+        export SECKILL_SCHEMATHESIS
+        return 0
+    fi
+    cache=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/seckill
+    venv=$cache/venv-api-check-$(sha256sum "$req" | cut -c1-12)
+    if [[ ! -x $venv/bin/schemathesis || ! -e $venv/.complete ]]; then
+        python=$(_seckill_python_with_venv) || return 1
+        seckill_say "making the venv $venv for schemathesis (scripts/requirements-api-check.txt, once)"
+        rm -rf "$venv"
+        mkdir -p "$cache" || return 1
+        if ! "$python" -m venv "$venv" >/dev/null 2>&1; then
+            rm -rf "$venv"
+            _seckill_api_check_missing "$python -m venv failed" "install python3-venv as root (apt-get install -y python3-venv)"
+            return 1
+        fi
+        if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" >&2; then
+            rm -rf "$venv"
+            _seckill_api_check_missing "pip install -r scripts/requirements-api-check.txt failed (is PyPI reachable?)" "see pip's message above"
+            return 1
+        fi
+        touch "$venv/.complete"
+        for old in "$cache"/venv-api-check-*; do
+            if [[ $old != "$venv" ]]; then rm -rf "$old"; fi
+        done
+    fi
+    SECKILL_SCHEMATHESIS=$venv/bin/schemathesis
+    export SECKILL_SCHEMATHESIS
+    seckill_say "schemathesis ready: $("$SECKILL_SCHEMATHESIS" --version 2>/dev/null | head -n 1)"
 }
 
 # Builds the workspace's binaries in release mode and sets SECKILL_BIN_DIR to where they are

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # scripts/test.sh: run the whole test suite against real servers.
 #
-#   1. ensure_servers (scripts/lib.sh): PostgreSQL, Redis, RabbitMQ answer;
+#   1. ensure_servers (scripts/lib.sh): PostgreSQL, Redis, RabbitMQ answer; ensure_browser:
+#      Chromium and ChromeDriver for the browser tests (crates/e2e/tests/browser), installed
+#      from Debian's chromium and chromium-driver when missing (SECKILL_SKIP_BROWSER_TESTS=1
+#      skips them); ensure_schemathesis: schemathesis for the API check against the OpenAPI
+#      document (crates/e2e/tests/api_check.rs), in a venv outside the clone with the pins of
+#      scripts/requirements-api-check.txt (SECKILL_SKIP_API_CHECK=1 skips it);
 #   2. exports SECKILL_TEST_DATABASE_URL (a server URL without a database name; each test makes
 #      its own databases), SECKILL_TEST_REDIS_URL and SECKILL_TEST_AMQP_URL;
 #   3. cargo nextest run --workspace --no-fail-fast (with --profile ci when CI is set) when
@@ -47,6 +52,10 @@ run_tests() {
 
 ensure_servers || exit 1
 require_cargo || exit 1
+# Exports SECKILL_CHROMIUM and SECKILL_CHROMEDRIVER for the browser tests.
+ensure_browser || exit 1
+# Exports SECKILL_SCHEMATHESIS for the API check.
+ensure_schemathesis || exit 1
 
 export SECKILL_TEST_DATABASE_URL=$SECKILL_PG_URL
 export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL

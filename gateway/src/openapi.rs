@@ -54,9 +54,9 @@ is at `GET /api/orders/{id}`, to pay or cancel before it expires.
 Every error is an `ErrorBody`, `{\"code\": \"UPPER_SNAKE\", \"message\": \"...\"}`; each \
 operation lists the codes it may answer. A 429, and a 503 `BUSY` from a replica shedding \
 load, carry `Retry-After` (seconds). Any path answers 404 `NOT_FOUND` when no route has it and \
-405 `METHOD_NOT_ALLOWED` for a method its route does not take. Every answer carries an \
-`x-request-id`: the client's own when it sent a plain one (up to 128 of `A-Za-z0-9._:-`), else \
-a new one.";
+405 `METHOD_NOT_ALLOWED` (with `Allow` naming the one it takes) for a method its route does not \
+take. Every answer carries an `x-request-id`: the client's own when it sent a plain one (up to \
+128 of `A-Za-z0-9._:-`), else a new one.";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -528,7 +528,7 @@ mod operations {
         path = "/api/seckill/{goods_id}/orders",
         tag = "buying",
         params(
-            ("goods_id" = GoodsId, Path, description = "The sale."),
+            ("goods_id" = GoodsId, Path, description = "The sale.", example = 1),
             (
                 "x-seckill-token" = String,
                 Header,
@@ -554,7 +554,7 @@ mod operations {
         post,
         path = "/api/seckill/{goods_id}/token",
         tag = "buying",
-        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        params(("goods_id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "The path token.", body = TokenResponse),
             PathTokenErrors,
@@ -572,7 +572,7 @@ mod operations {
         get,
         path = "/api/seckill/{goods_id}/result",
         tag = "buying",
-        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        params(("goods_id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "Where the caller's buy stands.", body = SeckillResult),
             ResultErrors,
@@ -599,7 +599,7 @@ mod operations {
         get,
         path = "/api/goods/{id}",
         tag = "goods",
-        params(("id" = GoodsId, Path, description = "The goods id.")),
+        params(("id" = GoodsId, Path, description = "The goods id.", example = 1)),
         responses(
             (status = 200, description = "The sale.", body = Goods),
             GetGoodsErrors,
@@ -624,7 +624,7 @@ mod operations {
         get,
         path = "/api/orders/{id}",
         tag = "orders",
-        params(("id" = OrderId, Path, description = "The order id (from a `success` result).")),
+        params(("id" = OrderId, Path, description = "The order id (from a `success` result).", example = 1)),
         responses(
             (status = 200, description = "The order.", body = Order),
             GetOrderErrors,
@@ -640,7 +640,7 @@ mod operations {
         post,
         path = "/api/orders/{id}/pay",
         tag = "orders",
-        params(("id" = OrderId, Path, description = "The order id.")),
+        params(("id" = OrderId, Path, description = "The order id.", example = 1)),
         responses(
             (status = 200, description = "The order, paid.", body = Order),
             PayErrors,
@@ -656,7 +656,7 @@ mod operations {
         post,
         path = "/api/orders/{id}/cancel",
         tag = "orders",
-        params(("id" = OrderId, Path, description = "The order id.")),
+        params(("id" = OrderId, Path, description = "The order id.", example = 1)),
         responses(
             (status = 200, description = "The order, cancelled.", body = Order),
             CancelErrors,
@@ -688,7 +688,7 @@ mod operations {
         get,
         path = "/api/admin/goods/{id}/audit",
         tag = "admin",
-        params(("id" = GoodsId, Path, description = "The sale.")),
+        params(("id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "The comparison.", body = SaleAudit),
             AuditErrors,
@@ -704,7 +704,7 @@ mod operations {
         post,
         path = "/api/admin/goods/{id}/repair",
         tag = "admin",
-        params(("id" = GoodsId, Path, description = "The sale.")),
+        params(("id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "What changed, and the audit after it.", body = SaleRepair),
             RepairErrors,
@@ -806,7 +806,7 @@ mod operations {
         get,
         path = "/api/seckill/{goods_id}/state",
         tag = "storefront",
-        params(("goods_id" = GoodsId, Path, description = "The sale.")),
+        params(("goods_id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "The sale's state now.", body = SaleState),
             SaleStateErrors,
@@ -862,7 +862,7 @@ mod operations {
         get,
         path = "/sales/{id}",
         tag = "storefront",
-        params(("id" = GoodsId, Path, description = "The sale.")),
+        params(("id" = GoodsId, Path, description = "The sale.", example = 1)),
         responses(
             (status = 200, description = "The page.", content_type = "text/html", body = String),
             (status = 304, description = "Unchanged since the `If-None-Match` tag."),
@@ -893,9 +893,13 @@ mod operations {
         get,
         path = "/static/{file}",
         tag = "storefront",
-        params(("file" = String, Path, description = "`store.js`, `store.css` or `admin.js`.")),
+        params(("file" = String, Path, description = "`store.js`, `store.css` or `admin.js`.", example = "store.js")),
         responses(
-            (status = 200, description = "The file (`immutable`: the pages name it with its hash).", content_type = "text/plain", body = String),
+            (
+                status = 200,
+                description = "The file (`immutable`: the pages name it with its hash): a script or a style sheet.",
+                content((String = "text/javascript"), (String = "text/css"))
+            ),
             (status = 304, description = "Unchanged since the `If-None-Match` tag."),
             (status = 404, description = "No such file: a short HTML page.", content_type = "text/html", body = String),
         )

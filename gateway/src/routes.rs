@@ -10,9 +10,8 @@ use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
-use seckill_common::ErrorCode;
 use seckill_common::api::{DevTokenRequest, TokenResponse};
-use seckill_web::{ApiError, health};
+use seckill_web::{ApiError, health, method_not_allowed};
 use serde_json::json;
 
 use crate::openapi;
@@ -151,27 +150,25 @@ pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_
     cfg.app_data(gateway).app_data(web::Data::from(openapi::published(dev_tokens)));
     for route in ROUTES.iter().filter(|route| dev_tokens || !route.dev_only()) {
         match route.access() {
-            Access::Anonymous => cfg.service(anonymous(route.path, route.route())),
+            Access::Anonymous => cfg.service(anonymous(route)),
             Access::Probe | Access::Page | Access::User | Access::Admin => {
-                cfg.service(resource(route.path).route(route.route()))
+                cfg.service(resource(route).route(route.route()))
             }
         };
     }
 }
 
-/// A resource whose other methods get a JSON 405 instead of actix's empty one.
-fn resource(path: &str) -> Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route"))
+/// A route's resource, whose other methods get a JSON 405 naming the route's one method in
+/// `Allow` instead of actix's empty 405.
+fn resource(route: &'static PublicRoute) -> Resource {
+    let allow = route.method.as_str();
+    web::resource(route.path).default_service(web::to(move || async move { method_not_allowed(allow) }))
 }
 
 /// A route anyone may call without a token: limited per client address, before anything of
 /// the request (its body) is read.
-fn anonymous(path: &str, route: Route) -> impl HttpServiceFactory {
-    resource(path).route(route).wrap(from_fn(anonymous_limit))
+fn anonymous(route: &'static PublicRoute) -> impl HttpServiceFactory {
+    resource(route).route(route.route()).wrap(from_fn(anonymous_limit))
 }
 
 async fn anonymous_limit(

@@ -197,7 +197,9 @@ struct SaleView {
 impl SaleView {
     fn new(goods: &Goods, now: DateTime<Utc>) -> Self {
         let discount = if goods.price_cents > 0 && goods.seckill_price_cents < goods.price_cents {
-            let (price, cut) = (goods.price_cents, goods.price_cents - goods.seckill_price_cents);
+            // In i128: any i64 price an admin may set times 100 fits (in i64 it overflowed).
+            let price = i128::from(goods.price_cents);
+            let cut = price - i128::from(goods.seckill_price_cents);
             // Rounded to the nearest percent: 499.00 for 999.00 is "50% off".
             let off = (cut * 100 + price / 2) / price;
             if off > 0 { format!("{off}% off") } else { String::new() }
@@ -788,6 +790,15 @@ mod tests {
         g.price_cents = 0;
         g.seckill_price_cents = 0;
         assert_eq!(SaleView::new(&g, Utc::now()).discount, "");
+        // Any price the API accepts renders (schemathesis found the list page panicking on
+        // these: `cut * 100` overflowed i64).
+        g.price_cents = i64::MAX;
+        g.seckill_price_cents = 0;
+        assert_eq!(SaleView::new(&g, Utc::now()).discount, "100% off");
+        g.seckill_price_cents = i64::MAX / 2;
+        assert_eq!(SaleView::new(&g, Utc::now()).discount, "50% off");
+        assert_eq!(money(i64::MAX), "92233720368547758.07");
+        assert_eq!(money(i64::MIN), "-92233720368547758.08");
     }
 
     /// Every code the API answers with, listed by a match: a new code does not compile here

@@ -37,6 +37,11 @@ pub struct Options {
     pub sold_out_recheck_ms: u64,
     /// How old an unconfirmed reservation must be before the reconciler publishes it again.
     pub reconcile_after_secs: u64,
+    /// The broker URL seckill-service connects to (None: the tests' server), so a test can put
+    /// something between them that it cuts.
+    pub seckill_amqp_url: Option<String>,
+    /// The gateway's rate limits; None: the tests' own (below).
+    pub rate_limits: Option<gateway::configuration::RateLimitSettings>,
 }
 
 impl Default for Options {
@@ -47,6 +52,8 @@ impl Default for Options {
             seckill_replicas: 1,
             sold_out_recheck_ms: 1_000,
             reconcile_after_secs: 30,
+            seckill_amqp_url: None,
+            rate_limits: None,
         }
     }
 }
@@ -130,7 +137,10 @@ pub fn spawn_system_with(options: Options) -> System {
             let s = seckill_service::Settings {
                 http: http_settings(),
                 redis: redis.clone(),
-                amqp: amqp.clone(),
+                amqp: seckill_common::config::AmqpSettings {
+                    url: options.seckill_amqp_url.clone().unwrap_or_else(|| amqp.url.clone()),
+                    ..amqp.clone()
+                },
                 upstreams: upstreams("", &order_url),
                 seckill: seckill_service::configuration::SeckillSettings {
                     require_token: options.require_token,
@@ -179,14 +189,14 @@ pub fn spawn_system_with(options: Options) -> System {
         // Every buyer of a test mints a dev token from the one loopback address: no limit per
         // address. A user's limits are wide enough for tests that click and poll quickly, and
         // one user's script hammering the buy button still meets its limit.
-        rate_limit: {
+        rate_limit: options.rate_limits.clone().unwrap_or_else(|| {
             let mut limits = gateway::configuration::RateLimitSettings::default();
             let user = gateway::configuration::LimitSettings { per_sec: Some(20), burst: Some(40) };
             (limits.buy, limits.poll, limits.orders, limits.admin) = (user, user, user, user);
             limits.anonymous =
                 gateway::configuration::LimitSettings { per_sec: Some(1_000_000), burst: Some(1_000_000) };
             limits
-        },
+        }),
         redis: redis.clone(),
         trust: keys::trust_settings(Peer::Gateway),
         ..Default::default()

@@ -2,7 +2,7 @@
 //! are not the client's, the cause, which is logged once and never shown.
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::RETRY_AFTER;
+use actix_web::http::header::{ALLOW, HeaderValue, RETRY_AFTER};
 use actix_web::{HttpResponse, ResponseError};
 use seckill_common::{ErrorBody, ErrorCode};
 
@@ -74,6 +74,15 @@ impl ResponseError for ApiError {
         }
         response.json(self.body())
     }
+}
+
+/// 405 `METHOD_NOT_ALLOWED` for a method a route does not take, with the `Allow` header
+/// (`allow`: the methods it takes) that RFC 9110 requires of a 405.
+pub fn method_not_allowed(allow: &'static str) -> HttpResponse {
+    let mut response =
+        ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route").error_response();
+    response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+    response
 }
 
 /// The one place database errors become API answers: an outage (the one rule,

@@ -44,6 +44,35 @@ fn report(checks: &[Check], ready: bool) -> HttpResponse {
     if ready { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
 
+/// `GET /healthz`; any other method is a 405, as on every other route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz));
+    cfg.service(
+        web::resource("/healthz")
+            .get(healthz)
+            .default_service(web::to(|| async { crate::method_not_allowed("GET") })),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::Method;
+    use actix_web::{App, test};
+
+    use super::*;
+
+    #[actix_web::test]
+    async fn healthz_takes_get_and_answers_other_methods_405_with_allow() {
+        let app = test::init_service(App::new().configure(routes)).await;
+
+        let ok = test::call_service(&app, test::TestRequest::get().uri("/healthz").to_request()).await;
+        assert_eq!(ok.status(), 200);
+        for method in [Method::POST, Method::TRACE, Method::DELETE] {
+            let req = test::TestRequest::default().method(method.clone()).uri("/healthz").to_request();
+            let res = test::call_service(&app, req).await;
+            assert_eq!(res.status(), 405, "{method}");
+            assert_eq!(res.headers().get("allow").and_then(|v| v.to_str().ok()), Some("GET"), "{method}");
+            let body: Value = test::read_body_json(res).await;
+            assert_eq!(body["code"], "METHOD_NOT_ALLOWED", "{method}");
+        }
+    }
 }

@@ -13,7 +13,7 @@ pub mod server;
 pub mod shed;
 pub mod trust;
 
-pub use error::ApiError;
+pub use error::{ApiError, method_not_allowed};
 pub use extract::AuthUser;
 pub use runner::Service;
 pub use server::{Application, Door, Lifecycle, Ticker, serve, serve_internal, shutdown_signal};

@@ -103,19 +103,28 @@
     };
   }
 
-  // A call tried again while the shop asks to wait (429, or 503 BUSY), honouring its
-  // Retry-After and telling the buyer so.
+  // The shop asks to wait: a 429, or 503 BUSY (a replica shedding load, or the queue not
+  // taking the order).
+  function asksToWait(r) {
+    return r.status === 429 || (r.status === 503 && r.code === 'BUSY');
+  }
+
+  // Waits out the answer's Retry-After, telling the buyer so.
+  async function waitAsTold(r, tell) {
+    for (var left = r.retryAfter; left > 0; left--) {
+      tell(sentence(r) + ' Trying again in ' + left + ' s…');
+      await sleep(1000);
+    }
+    // A little spread, so the buyers told to wait together do not all come back together.
+    await sleep(Math.random() * 300);
+  }
+
+  // A call tried again while the shop asks to wait, at most MAX_TRIES times.
   async function patient(method, path, options, tell) {
     for (var attempt = 1; ; attempt++) {
       var r = await call(method, path, options);
-      var wait = r.status === 429 || (r.status === 503 && r.code === 'BUSY');
-      if (!wait || attempt >= MAX_TRIES) return r;
-      for (var left = r.retryAfter; left > 0; left--) {
-        tell(sentence(r) + ' Trying again in ' + left + ' s…');
-        await sleep(1000);
-      }
-      // A little spread, so the buyers told to wait together do not all come back together.
-      await sleep(Math.random() * 300);
+      if (!asksToWait(r) || attempt >= MAX_TRIES) return r;
+      await waitAsTold(r, tell);
     }
   }
 
@@ -234,7 +243,7 @@
 
     function settle(r) {
       if (r.code === 'SOLD_OUT' || r.code === 'OUT_OF_STOCK') soldOut = true;
-      tell(sentence(r));
+      tell(sentence(r) + (asksToWait(r) ? ' Press Buy to try again in a moment.' : ''));
     }
 
     function won(order) {
@@ -277,11 +286,19 @@
       busy = true;
       tick();
       try {
-        tell('Getting your place in line…');
-        var t = await patient('POST', '/api/seckill/' + id + '/token', {}, tell);
-        if (t.status !== 200 || !t.body) return settle(t);
-        tell('Placing your order…');
-        var o = await patient('POST', '/api/seckill/' + id + '/orders', { headers: { 'x-seckill-token': t.body.token } }, tell);
+        var o;
+        // An order answered 503 BUSY may have spent its path token (the queue did not take it
+        // and its unit went back): each try asks for the token again, which is the same one
+        // while it is unused.
+        for (var attempt = 1; ; attempt++) {
+          tell('Getting your place in line…');
+          var t = await patient('POST', '/api/seckill/' + id + '/token', {}, tell);
+          if (t.status !== 200 || !t.body) return settle(t);
+          tell('Placing your order…');
+          o = await call('POST', '/api/seckill/' + id + '/orders', { headers: { 'x-seckill-token': t.body.token } });
+          if (!asksToWait(o) || attempt >= MAX_TRIES) break;
+          await waitAsTold(o, tell);
+        }
         if (o.status === 202) {
           tell('You are in the queue…');
         } else if (o.code === 'REPEATED') {

@@ -20,9 +20,21 @@ async fn an_unknown_route_is_404() {
 async fn a_known_route_with_another_method_is_405() {
     let app = spawn_app();
 
-    let res = app.client.delete(format!("{}/api/goods", app.address)).send().await.unwrap();
-
-    assert_error(res, 405, "METHOD_NOT_ALLOWED").await;
+    // RFC 9110: a 405 names the methods the route takes in `Allow`. /healthz is every
+    // service's own route (seckill_web), answered the same way.
+    let cases = [
+        (reqwest::Method::DELETE, "/api/goods", "GET"),
+        (reqwest::Method::TRACE, "/api/seckill/1/orders", "POST"),
+        (reqwest::Method::GET, "/api/admin/goods", "POST"),
+        (reqwest::Method::PUT, "/", "GET"),
+        (reqwest::Method::TRACE, "/healthz", "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let res = app.client.request(method.clone(), format!("{}{path}", app.address)).send().await.unwrap();
+        let allowed = res.headers().get("allow").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert_eq!(allowed.as_deref(), Some(allow), "{method} {path}");
+        assert_error(res, 405, "METHOD_NOT_ALLOWED").await;
+    }
 }
 
 #[tokio::test]
