@@ -46,6 +46,33 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, for whatever must say something of each (the storefront's sentences).
+    pub const ALL: [ErrorCode; 23] = [
+        Self::InvalidInput,
+        Self::PayloadTooLarge,
+        Self::Unauthorized,
+        Self::Forbidden,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::GoodsNotFound,
+        Self::OrderNotFound,
+        Self::NotStarted,
+        Self::Ended,
+        Self::SoldOut,
+        Self::Repeated,
+        Self::BadToken,
+        Self::RateLimited,
+        Self::OutOfStock,
+        Self::KeyReleased,
+        Self::OrderNotPayable,
+        Self::OrderNotCancellable,
+        Self::Busy,
+        Self::Unavailable,
+        Self::UpstreamUnavailable,
+        Self::UpstreamTimeout,
+        Self::Internal,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::InvalidInput => "INVALID_INPUT",
@@ -114,5 +141,21 @@ mod tests {
         assert_eq!(serde_json::to_string(&body).unwrap(), r#"{"code":"SOLD_OUT","message":"gone"}"#);
         assert_eq!(ErrorCode::SoldOut.status(), 410);
         assert_eq!(ErrorCode::NotStarted.status(), 425);
+    }
+
+    #[test]
+    fn all_lists_every_code_once() {
+        use ErrorCode::*;
+        for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(code as usize, i, "{code} in its place");
+            // No wildcard: a new code does not compile here until it is added, then to ALL.
+            match code {
+                InvalidInput | PayloadTooLarge | Unauthorized | Forbidden | NotFound | MethodNotAllowed
+                | GoodsNotFound | OrderNotFound | NotStarted | Ended | SoldOut | Repeated | BadToken
+                | RateLimited | OutOfStock | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy
+                | Unavailable | UpstreamUnavailable | UpstreamTimeout | Internal => {}
+            }
+        }
+        assert_eq!(ErrorCode::ALL.len(), Internal as usize + 1, "the last code last");
     }
 }
