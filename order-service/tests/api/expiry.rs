@@ -9,19 +9,7 @@ use seckill_common::amqp::ReleaseReason;
 use seckill_common::api::OrderStatus;
 use seckill_infra::amqp::Declare;
 
-use crate::helpers::{TestApp, spawn_app};
-
-async fn wait_for_status(app: &TestApp, user: i64, id: i64, want: OrderStatus) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = app.order(user, id).await.status;
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "order {id} still {now:?}, not {want:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::helpers::spawn_app;
 
 fn ids_and_reasons(releases: &[seckill_common::amqp::Release]) -> Vec<(i64, ReleaseReason)> {
     let mut got: Vec<_> = releases.iter().map(|r| (r.order_id.get(), r.reason)).collect();
@@ -86,7 +74,7 @@ async fn a_release_the_broker_does_not_take_is_owed_to_the_sweeper_and_sent_when
     channel.queue_delete(queue.as_str().into(), Default::default()).await.unwrap();
 
     app.publish_expiry(&[order]).await;
-    wait_for_status(&app, 7, order, OrderStatus::Expired).await;
+    app.wait_for_status(7, order, OrderStatus::Expired, Duration::from_secs(10)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while app.release_sent(order).await {
         assert!(Instant::now() < deadline, "the release not confirmed, yet not owed to the sweeper");

@@ -7,7 +7,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use redis::AsyncCommands;
 use reqwest::Method;
 use seckill_common::amqp::{AmqpNames, OrderBatch, OrderExpiry, OrderRequest, Release, decode_releases};
-use seckill_common::api::{Goods, NewGoods, Order, Role};
+use seckill_common::api::{Goods, NewGoods, Order, OrderStatus, Role};
 use seckill_common::config::{AmqpSettings, DatabaseSettings, HttpSettings, RedisSettings, UpstreamSettings};
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{Epoch, StoredResult};
@@ -287,6 +287,19 @@ impl TestApp {
         let (status, body) = self.get(user, &format!("/api/orders/{id}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
+    }
+
+    /// Polls the order until it is `want`, failing after `within`.
+    pub async fn wait_for_status(&self, user: i64, id: i64, want: OrderStatus, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.order(user, id).await.status;
+            if now == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "order {id} still {now:?}, not {want:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Runs SQL on order-service's database, as a crash or a lost message would leave it.

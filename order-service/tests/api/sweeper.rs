@@ -2,7 +2,7 @@
 //! order past its expiry whose expiry message never came is expired and its unit released; a
 //! release owed since a crash is published.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seckill_common::amqp::ReleaseReason;
 use seckill_common::api::OrderStatus;
@@ -17,18 +17,6 @@ fn spawn_sweeping_app() -> TestApp {
     })
 }
 
-async fn wait_for_status(app: &TestApp, user: i64, id: i64, want: OrderStatus, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let now = app.order(user, id).await.status;
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "order {id} still {now:?}, not {want:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test]
 async fn an_overdue_order_whose_expiry_never_came_is_expired_and_released() {
     let app = spawn_sweeping_app();
@@ -40,7 +28,7 @@ async fn an_overdue_order_whose_expiry_never_came_is_expired_and_released() {
     app.sql(&format!("UPDATE orders SET expires_at = now() - interval '1 minute' WHERE id = {overdue}"))
         .await;
 
-    wait_for_status(&app, 7, overdue, OrderStatus::Expired, Duration::from_secs(10)).await;
+    app.wait_for_status(7, overdue, OrderStatus::Expired, Duration::from_secs(10)).await;
     let releases = app.wait_for_releases(1, Duration::from_secs(5)).await;
     assert_eq!(releases.len(), 1, "{releases:?}");
     let r = releases[0];
