@@ -536,16 +536,12 @@ impl System {
     }
 
     /// Waits until `check` holds (polling every 100 ms), or panics naming `what` after `within`.
-    pub async fn eventually<F, Fut>(&self, what: &str, within: Duration, mut check: F)
+    pub async fn eventually<F, Fut>(&self, what: &str, within: Duration, check: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = Instant::now() + within;
-        while !check().await {
-            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(what, within, Duration::from_millis(100), check).await;
     }
 
     /// Publishes a raw body to a queue of this test, as a foreign or broken publisher would.
@@ -613,5 +609,18 @@ impl System {
             }
         }
         closed
+    }
+}
+
+/// Waits until `check` holds (asking every `every`), or panics naming `what` after `within`.
+pub async fn eventually<F, Fut>(what: &str, within: Duration, every: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(every).await;
     }
 }

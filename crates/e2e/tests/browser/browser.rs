@@ -209,16 +209,12 @@ impl Browser {
     }
 
     /// Waits until `check` on the page holds (polling every 50 ms), or panics naming `what`.
-    pub async fn wait_until<F, Fut>(&self, what: &str, mut check: F)
+    pub async fn wait_until<F, Fut>(&self, what: &str, check: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = Instant::now() + PATIENCE;
-        while !check().await {
-            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        seckill_e2e::eventually(what, PATIENCE, Duration::from_millis(50), check).await;
     }
 
     /// Signs in with the header's form, as a buyer does with dev tokens on.
