@@ -20,6 +20,11 @@
 #                          possible) and reused after; else one line saying what to run. Exports
 #                          SECKILL_SCHEMATHESIS (one set by the user wins). SECKILL_SKIP_API_CHECK=1
 #                          skips all this (and the test skips itself).
+#   ensure_nginx           nginx for the web-server test (crates/e2e/tests/e2e/web_server.rs, the
+#                          deployments' nginx.conf in front of a real gateway): use it, else
+#                          install Debian's nginx-light (as for the browser); else one line
+#                          saying what to run. Exports SECKILL_NGINX. SECKILL_SKIP_WEB_SERVER_TEST=1
+#                          skips all this (and the test skips itself).
 #   build_release          cargo build --release --bins; sets SECKILL_BIN_DIR (up.sh, bench.sh).
 #
 # Exported for callers (values already set by the user are kept):
@@ -592,6 +597,39 @@ ensure_browser() {
     SECKILL_CHROMEDRIVER=$driver
     export SECKILL_CHROMIUM SECKILL_CHROMEDRIVER
     seckill_say "browser ready: $("$driver" --version 2>/dev/null | head -n 1)"
+}
+
+# nginx for the web-server test; see the list of functions at the top.
+ensure_nginx() {
+    local nginx=${SECKILL_NGINX:-/usr/sbin/nginx} hint
+    if [[ -n ${SECKILL_SKIP_WEB_SERVER_TEST:-} && $SECKILL_SKIP_WEB_SERVER_TEST != 0 ]]; then
+        seckill_say "SECKILL_SKIP_WEB_SERVER_TEST is set: the web-server test skips itself"
+        return 0
+    fi
+    if [[ ! -x $nginx ]]; then
+        if [[ -n ${SECKILL_NGINX:-} ]]; then
+            seckill_say "SECKILL_NGINX=$nginx is not an executable: point it at nginx, or unset it to use Debian's nginx-light."
+            return 1
+        fi
+        if ! _seckill_can_install; then
+            if command -v apt-get >/dev/null 2>&1; then
+                hint="install it as root (apt-get install -y --no-install-recommends nginx-light)"
+            else
+                hint="install nginx"
+            fi
+            seckill_say "nginx for the web-server test is not at $nginx and this script cannot install it: $hint, or export SECKILL_NGINX with its path, or export SECKILL_SKIP_WEB_SERVER_TEST=1 to skip that test."
+            return 1
+        fi
+        # The package's own server is not started (no service starts during the install).
+        _seckill_apt_install nginx-light || return 1
+        if [[ ! -x $nginx ]]; then
+            seckill_say "nginx-light is installed but $nginx is missing; see run/apt.log"
+            return 1
+        fi
+    fi
+    SECKILL_NGINX=$nginx
+    export SECKILL_NGINX
+    seckill_say "web server ready: $("$nginx" -v 2>&1 | head -n 1)"
 }
 
 # Stops the servers recorded in run/servers.started (newest first) and forgets them.

@@ -1,7 +1,8 @@
 //! deploy/compose.yaml as compose reads it: images built by deploy/docker/Dockerfile or
-//! official server images, health checks and sound `depends_on`, each service at its port and
-//! its data stores depended on, the gateway's admin port unpublished and X-Forwarded-For
-//! believed only behind a proxy of this file. (Credentials: tests/credentials.rs; each
+//! official server or web server images, health checks and sound `depends_on`, each service at
+//! its port and its data stores depended on, the gateway's admin port unpublished and
+//! X-Forwarded-For believed only behind a proxy of this file, with the gateway's own port then
+//! unpublished. (Credentials: tests/credentials.rs; each
 //! service's variables through its settings loader: tests/settings.rs.)
 
 use std::collections::BTreeMap;
@@ -12,6 +13,8 @@ use seckill_deploy_check::{Failures, SERVICES, compose, environment, items, read
 use serde_yaml::Value;
 
 const SERVERS: [&str; 3] = ["postgres", "redis", "rabbitmq"];
+/// Official images that may stand in front of the gateway (the storefront's files, the API).
+const WEB_SERVERS: [&str; 1] = ["nginx"];
 const GATEWAY_ADMIN_PORT: u16 = 9080;
 
 fn port_of(binary: &str) -> Option<u16> {
@@ -113,11 +116,12 @@ fn check_compose(f: &mut Failures, compose: &Value) {
             } else {
                 image
             };
-            if !SERVERS.contains(&repo) {
+            if !SERVERS.contains(&repo) && !WEB_SERVERS.contains(&repo) {
                 f.fail(
                     &at,
                     format!(
-                        "image {image:?} is neither built by the Dockerfile nor an official server image"
+                        "image {image:?} is neither built by the Dockerfile nor an official server or web \
+                         server image"
                     ),
                 );
             }
@@ -226,16 +230,28 @@ fn check_gateway(f: &mut Failures, services: &serde_yaml::Mapping) {
     };
     let monitoring = named("prometheus|grafana-agent|alloy|otel|vmagent");
     let proxy = named("nginx|traefik|envoy|haproxy|caddy");
+    let hops = var("SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS").unwrap_or_else(|| "0".into());
+    let public = var("SECKILL__HTTP__PORT").unwrap_or_else(|| "8080".into());
     for spec in items(&gateway["ports"]) {
         let target = match spec {
             Value::Mapping(_) => scalar(&spec["target"]),
             other => scalar(other).rsplit(':').next().unwrap_or_default().to_owned(),
         };
-        if target.split('/').next() == Some(admin.as_str()) && !monitoring {
+        let target = target.split('/').next().unwrap_or_default();
+        if target == admin && !monitoring {
             f.fail(at, format!("publishes the admin port {admin} (/metrics, detailed /readyz) with no Prometheus in compose"));
         }
+        if target == public && hops != "0" {
+            f.fail(
+                at,
+                format!(
+                    "publishes its public port {public} while it believes X-Forwarded-For \
+                     (TRUSTED_PROXY_HOPS={hops}): a client could go round the proxy and pick its own \
+                     rate-limit bucket"
+                ),
+            );
+        }
     }
-    let hops = var("SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS").unwrap_or_else(|| "0".into());
     if hops != "0" && !proxy {
         f.fail(
             at,
@@ -259,10 +275,27 @@ fn a_published_admin_port_or_a_trusted_hop_without_proxy_is_refused() {
     let mut compose = compose();
     let gateway = &mut compose["services"]["gateway"];
     gateway["ports"] = serde_yaml::from_str(r#"["8080:8080", "9080:9080"]"#).unwrap();
-    gateway["environment"]["SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS"] = "1".into();
     let mut f = Failures::default();
     check_compose(&mut f, &compose);
     let all = f.messages().join("\n");
     assert!(all.contains("publishes the admin port 9080"), "{all}");
+    assert!(all.contains("publishes its public port 8080 while it believes X-Forwarded-For"), "{all}");
+
+    let services = compose["services"].as_mapping_mut().unwrap();
+    services.remove("storefront");
+    services["gateway"]["ports"] = Value::Null;
+    let mut f = Failures::default();
+    check_compose(&mut f, &compose);
+    let all = f.messages().join("\n");
     assert!(all.contains("TRUSTED_PROXY_HOPS=1 with no proxy"), "{all}");
+}
+
+#[test]
+fn only_official_images_or_the_dockerfiles_run() {
+    let mut compose = compose();
+    compose["services"]["storefront"]["image"] = "someone/nginx:latest".into();
+    let mut f = Failures::default();
+    check_compose(&mut f, &compose);
+    let all = f.messages().join("\n");
+    assert!(all.contains("\"someone/nginx:latest\" is neither built by the Dockerfile"), "{all}");
 }

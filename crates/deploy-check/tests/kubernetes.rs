@@ -3,7 +3,9 @@
 //! probes, graceful shutdown, security context, resources, its Service, one autoscaler, a
 //! PodDisruptionBudget); where /metrics is scraped, and the gateway's admin port (9080: /metrics
 //! and the detailed /readyz) reachable from the namespace monitoring only, in no Service and
-//! behind no Ingress. Schemas: scripts/check-deploy.sh; custom resources: custom_resources.rs.
+//! behind no Ingress; the storefront's nginx next to the gateway, where an overlay has it
+//! (components/storefront-nginx): locked down, reading the gateway's files, and counted as a
+//! hop of X-Forwarded-For. Schemas: scripts/check-deploy.sh; custom resources: custom_resources.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +22,9 @@ const MONITORING_NAMESPACE: &str = "monitoring";
 /// The services' drain (http.shutdown_timeout_secs) and the pods' grace period by default, in seconds.
 const DEFAULT_SHUTDOWN_SECS: u64 = 20;
 const DEFAULT_GRACE_SECS: u64 = 30;
+/// The container serving the storefront's files next to the gateway, and its port.
+const STOREFRONT: &str = "storefront";
+const STOREFRONT_PORT: u64 = 8088;
 
 /// Each service's public port, where the other services serve /metrics.
 fn port_of(binary: &str) -> u64 {
@@ -107,12 +112,20 @@ fn check_metrics_and_admin(f: &mut Failures, overlay: &str, docs: &[Value]) {
             );
         }
     }
+    // The proxies in front: the Ingress controller, and the storefront's nginx when it is there.
+    let storefront = items(&gateway["spec"]["template"]["spec"]["containers"])
+        .iter()
+        .any(|c| c["name"].as_str() == Some(STOREFRONT));
+    let proxies = u64::from(!ingresses.is_empty()) + u64::from(storefront);
     let hops: u64 = var("SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS").and_then(|h| h.parse().ok()).unwrap_or(0);
-    if !ingresses.is_empty() && hops < 1 {
+    if hops != proxies {
         f.fail(
             &format!("overlay {overlay}: gateway"),
-            "behind the Ingress SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS must be at least 1 \
-             (with 0 every client shares the controller's address, one rate-limit bucket)",
+            format!(
+                "SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS is {hops}, but {proxies} proxies stand in front (the \
+                 Ingress controller, the storefront's nginx): fewer puts every client in a proxy's bucket, \
+                 more lets a client pick its own with X-Forwarded-For"
+            ),
         );
     }
 
@@ -167,14 +180,20 @@ fn check_metrics_and_admin(f: &mut Failures, overlay: &str, docs: &[Value]) {
                 Some(n) => &p["name"] == n,
                 None => p["port"] == port["number"],
             });
+            // The gateway's public port, or nginx's in front of it.
             let routed = svc_port.is_some_and(|p| {
                 let target = if p["targetPort"].is_null() { &p["port"] } else { &p["targetPort"] };
-                is_port(target, "http", port_of("gateway"))
+                if storefront {
+                    is_port(target, "web", STOREFRONT_PORT)
+                } else {
+                    is_port(target, "http", port_of("gateway"))
+                }
             });
             if b["service"]["name"].as_str() != Some("gateway") || !routed {
                 f.fail(
                     &format!("overlay {overlay}: Ingress/{ing_name}"),
-                    "must route to the gateway Service's http port only",
+                    "must route to the gateway Service's public port only (the gateway's http, or the \
+                     storefront's web when nginx stands in front)",
                 );
             }
         }
@@ -244,10 +263,14 @@ fn check_deployments(f: &mut Failures, overlay: &str, docs: &[Value]) {
             f.fail(&at, "selector does not match the pod labels");
         }
         let containers = items(&pod["containers"]);
-        if containers.len() != 1 {
-            f.fail(&at, "expected one container");
-        }
         let c = &pod["containers"][0];
+        match containers.get(1..).unwrap_or_default() {
+            [] => {}
+            [side] if binary == "gateway" && side["name"].as_str() == Some(STOREFRONT) => {
+                check_storefront(f, &at, pod, c, side, docs);
+            }
+            _ => f.fail(&at, "expected one container (the gateway: or its `storefront` beside it)"),
+        }
         let image = c["image"].as_str().unwrap_or_default();
         let image_re = Regex::new(&format!(r"^(.+/)?seckill/{}(:[\w.-]+)?$", regex::escape(binary))).unwrap();
         if !image_re.is_match(image) {
@@ -355,6 +378,81 @@ fn check_deployments(f: &mut Failures, overlay: &str, docs: &[Value]) {
         if !pdbs.values().any(|p| labels_match(&p["spec"]["selector"], labels)) {
             f.fail(&at, "no PodDisruptionBudget selects its pods");
         }
+    }
+}
+
+/// The storefront's nginx beside the gateway: the official image, locked down as the gateway
+/// is, probed, serving on its port the files the gateway writes (its storefront.dir, a volume
+/// both mount, nginx read-only) with the nginx.conf of the component.
+fn check_storefront(f: &mut Failures, at: &str, pod: &Value, gateway: &Value, side: &Value, docs: &[Value]) {
+    let at = format!("{at}: container {STOREFRONT}");
+    let image = side["image"].as_str().unwrap_or_default();
+    if !Regex::new(r"^nginx(:[\w.-]+)?$").unwrap().is_match(image) {
+        f.fail(&at, format!("image {image} is not the official nginx"));
+    }
+    let (psc, csc) = (&pod["securityContext"], &side["securityContext"]);
+    if psc["runAsNonRoot"].as_bool() != Some(true) && csc["runAsNonRoot"].as_bool() != Some(true) {
+        f.fail(&at, "runAsNonRoot is not set");
+    }
+    if csc["readOnlyRootFilesystem"].as_bool() != Some(true)
+        || csc["allowPrivilegeEscalation"].as_bool() != Some(false)
+    {
+        f.fail(&at, "needs readOnlyRootFilesystem and no privilege escalation");
+    }
+    if !items(&csc["capabilities"]["drop"]).iter().any(|c| c.as_str() == Some("ALL")) {
+        f.fail(&at, "must drop ALL capabilities");
+    }
+    let port_ok = items(&side["ports"])
+        .iter()
+        .any(|p| p["name"].as_str() == Some("web") && p["containerPort"].as_u64() == Some(STOREFRONT_PORT));
+    if !port_ok {
+        f.fail(&at, format!("no containerPort {STOREFRONT_PORT} named web (nginx.conf listens there)"));
+    }
+    if !is_port(&side["readinessProbe"]["httpGet"]["port"], "web", STOREFRONT_PORT) {
+        f.fail(&at, "no readinessProbe on its port");
+    }
+    for kind in ["requests", "limits"] {
+        for r in ["cpu", "memory"] {
+            if side["resources"][kind][r].is_null() {
+                f.fail(&at, format!("resources.{kind}.{r} missing"));
+            }
+        }
+    }
+    // The files: the gateway writes them where nginx reads them.
+    let mount = |c: &Value, path: &str| {
+        items(&c["volumeMounts"])
+            .iter()
+            .find(|m| m["mountPath"].as_str() == Some(path))
+            .map(|m| (scalar(&m["name"]), m["readOnly"].as_bool().unwrap_or(false)))
+    };
+    let dir = container_env(docs, gateway).get("SECKILL__STOREFRONT__DIR").cloned().flatten();
+    let written = dir.as_deref().and_then(|d| mount(gateway, d));
+    let read = mount(side, "/srv/storefront");
+    match (written, read) {
+        (Some((w, false)), Some((r, true))) if w == r => {}
+        _ => f.fail(
+            &at,
+            format!(
+                "the gateway's SECKILL__STOREFRONT__DIR ({dir:?}) must be a volume it writes and nginx mounts \
+                 read-only at /srv/storefront (nginx.conf's root)"
+            ),
+        ),
+    }
+    let config = mount(side, "/etc/nginx/nginx.conf").map(|(name, _)| name);
+    let from_map = items(&pod["volumes"])
+        .iter()
+        .find(|v| config.as_deref() == Some(scalar(&v["name"]).as_str()))
+        .and_then(|v| v["configMap"]["name"].as_str())
+        .is_some_and(|n| n.starts_with("storefront-nginx"));
+    if !from_map {
+        f.fail(&at, "/etc/nginx/nginx.conf must come from the ConfigMap storefront-nginx");
+    }
+    let resolves = items(&pod["hostAliases"]).iter().any(|a| {
+        a["ip"].as_str() == Some("127.0.0.1")
+            && items(&a["hostnames"]).iter().any(|h| h.as_str() == Some("gateway"))
+    });
+    if !resolves {
+        f.fail(&at, "nginx.conf reaches `gateway:8080`: the pod needs hostAliases gateway -> 127.0.0.1");
     }
 }
 
@@ -527,4 +625,45 @@ fn a_policy_rule_admits_its_sources_on_its_ports() {
     assert!(!rule_covers_port(&rule, "http", 8080));
     assert_eq!(sources_of(&rule), ["ns:monitoring"]);
     assert_eq!(sources_of(&Value::Null), ["*"]);
+}
+
+#[test]
+fn a_writable_storefront_or_miscounted_hops_is_refused() {
+    if !have("kubectl", "it renders deploy/k8s/overlays/*") {
+        return;
+    }
+    let mut docs = render("dev");
+    for d in docs.iter_mut() {
+        match (d["kind"].as_str(), d["metadata"]["name"].as_str()) {
+            (Some("Deployment"), Some("gateway")) => {
+                let pod = &mut d["spec"]["template"]["spec"];
+                pod["hostAliases"] = Value::Null;
+                let side = &mut pod["containers"][1];
+                assert_eq!(side["name"].as_str(), Some(STOREFRONT), "the dev overlay has the storefront");
+                side["securityContext"]["readOnlyRootFilesystem"] = false.into();
+                for m in side["volumeMounts"].as_sequence_mut().unwrap() {
+                    if m["mountPath"].as_str() == Some("/srv/storefront") {
+                        m["readOnly"] = false.into();
+                    }
+                }
+            }
+            // One hop fewer than the Ingress and nginx make.
+            (Some("ConfigMap"), Some(n)) if n.starts_with("gateway-config") => {
+                d["data"]["SECKILL__RATE_LIMIT__TRUSTED_PROXY_HOPS"] = "1".into();
+            }
+            _ => {}
+        }
+    }
+    let mut f = Failures::default();
+    check_deployments(&mut f, "dev", &docs);
+    check_metrics_and_admin(&mut f, "dev", &docs);
+    let all = f.messages().join("\n");
+    for expected in [
+        "needs readOnlyRootFilesystem",
+        "nginx mounts read-only at /srv/storefront",
+        "needs hostAliases gateway -> 127.0.0.1",
+        "TRUSTED_PROXY_HOPS is 1, but 2 proxies stand in front",
+    ] {
+        assert!(all.contains(expected), "{expected:?} not in:\n{all}");
+    }
 }

@@ -42,6 +42,8 @@ pub struct Options {
     pub seckill_amqp_url: Option<String>,
     /// The gateway's rate limits; None: the tests' own (below).
     pub rate_limits: Option<gateway::configuration::RateLimitSettings>,
+    /// The gateway's `storefront.dir`: where it also writes the pages, for a web server.
+    pub storefront_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +56,7 @@ impl Default for Options {
             reconcile_after_secs: 30,
             seckill_amqp_url: None,
             rate_limits: None,
+            storefront_dir: None,
         }
     }
 }
@@ -66,6 +69,9 @@ pub const RETRY_DELAY_MS: u64 = 200;
 #[allow(dead_code)]
 pub struct System {
     pub gateway: RunningService,
+    /// Where the helpers send their requests, when not to the gateway itself (a web server in
+    /// front of it: `serve_through`).
+    front: Option<String>,
     pub seckill: Vec<RunningService>,
     /// None while a test has it stopped (`stop_order`, `start_order`).
     order: std::sync::Mutex<Option<RunningService>>,
@@ -199,12 +205,17 @@ pub fn spawn_system_with(options: Options) -> System {
         }),
         redis: redis.clone(),
         trust: keys::trust_settings(Peer::Gateway),
+        storefront: gateway::configuration::StorefrontSettings {
+            dir: options.storefront_dir.clone(),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));
 
     System {
         gateway,
+        front: None,
         seckill,
         order: std::sync::Mutex::new(Some(order)),
         order_settings,
@@ -300,8 +311,18 @@ impl System {
         }
     }
 
+    /// The URL of `path` where the helpers send requests: the gateway, or what is in front.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.gateway.url())
+        match &self.front {
+            Some(front) => format!("{front}{path}"),
+            None => format!("{}{path}", self.gateway.url()),
+        }
+    }
+
+    /// From now on the helpers go through `base` (`http://host:port`), which passes to the
+    /// gateway what it does not answer itself.
+    pub fn serve_through(&mut self, base: String) {
+        self.front = Some(base);
     }
 
     /// order-service's own address (through the relay that outlives its restarts).

@@ -14,3 +14,4 @@ mod redis_loss;
 mod security;
 mod storefront;
 mod storm;
+mod web_server;
