@@ -25,6 +25,14 @@
 #                          install Debian's nginx-light (as for the browser); else one line
 #                          saying what to run. Exports SECKILL_NGINX. SECKILL_SKIP_WEB_SERVER_TEST=1
 #                          skips all this (and the test skips itself).
+#   ensure_redis_cluster   a local Redis Cluster of three primaries for the cluster tests: the one
+#                          at SECKILL_REDIS_CLUSTER_PORTS (default "7001 7002 7003") when it
+#                          answers and is whole, else three redis-server --cluster-enabled on
+#                          those loopback ports (under run/redis-cluster/, recorded for down.sh)
+#                          joined by redis-cli --cluster create. Exports
+#                          SECKILL_TEST_REDIS_CLUSTER_URL (its nodes, comma-separated).
+#                          SECKILL_SKIP_REDIS_CLUSTER_TESTS=1 skips all this (and those tests
+#                          skip themselves).
 #   build_release          cargo build --release --bins; sets SECKILL_BIN_DIR (up.sh, bench.sh).
 #
 # Exported for callers (values already set by the user are kept):
@@ -421,6 +429,86 @@ _seckill_ensure_redis() {
     _seckill_await "$SECKILL_REDIS_START_TIMEOUT" \
         "Redis did not answer at 127.0.0.1:6379 within ${SECKILL_REDIS_START_TIMEOUT}s; see run/redis-server.log" \
         _seckill_redis_up
+}
+
+# ---------------------------------------------------------------------------------------------
+# A local Redis Cluster, for the cluster tests
+
+SECKILL_REDIS_CLUSTER_PORTS=${SECKILL_REDIS_CLUSTER_PORTS:-7001 7002 7003}
+
+_seckill_cluster_cli() { # port, then redis-cli arguments
+    local port=$1
+    shift
+    timeout 10 "$(_seckill_bin redis-cli)" -h 127.0.0.1 -p "$port" "$@"
+}
+
+_seckill_cluster_node_up() { [[ $(_seckill_cluster_cli "$1" ping 2>/dev/null) == PONG* ]]; }
+
+# Every node answers and sees the whole cluster: all slots served, state ok.
+_seckill_cluster_ok() {
+    local port info
+    for port in $SECKILL_REDIS_CLUSTER_PORTS; do
+        info=$(_seckill_cluster_cli "$port" cluster info 2>/dev/null) || return 1
+        [[ $info == *cluster_state:ok* && $info == *cluster_slots_assigned:16384* ]] || return 1
+    done
+}
+
+ensure_redis_cluster() {
+    local port dir server major url='' nodes=()
+    local -a bind
+    if [[ -n ${SECKILL_SKIP_REDIS_CLUSTER_TESTS:-} && $SECKILL_SKIP_REDIS_CLUSTER_TESTS != 0 ]]; then
+        seckill_say "SECKILL_SKIP_REDIS_CLUSTER_TESTS is set: the Redis Cluster tests skip themselves"
+        return 0
+    fi
+    for port in $SECKILL_REDIS_CLUSTER_PORTS; do
+        nodes+=("127.0.0.1:$port")
+        url+="${url:+,}redis://127.0.0.1:$port"
+    done
+    if ! _seckill_cluster_ok; then
+        _seckill_install_server Redis redis-server SECKILL_REDIS_URL redis-server || return 1
+        server=$(_seckill_bin redis-server) || return 1
+        major=$("$server" --version 2>/dev/null | sed -nE 's/.*v=([0-9]+)\..*/\1/p')
+        if [[ ${major:-0} -ge 7 ]]; then bind=(--bind 127.0.0.1 -::1); else bind=(--bind 127.0.0.1); fi
+        for port in $SECKILL_REDIS_CLUSTER_PORTS; do
+            _seckill_cluster_node_up "$port" && continue
+            if _seckill_tcp_open 127.0.0.1 "$port"; then
+                seckill_say "something that is not a Redis node listens on 127.0.0.1:$port: free it, or export SECKILL_REDIS_CLUSTER_PORTS with three free ports, or SECKILL_SKIP_REDIS_CLUSTER_TESTS=1."
+                return 1
+            fi
+            # A fresh node: no cluster state kept from an earlier run.
+            dir=$SECKILL_RUN_DIR/redis-cluster/$port
+            rm -rf "$dir" && mkdir -p "$dir" || return 1
+            seckill_say "starting a Redis Cluster node on port $port (loopback only, no persistence)"
+            if ! "$server" "${bind[@]}" --port "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+                --cluster-node-timeout 2000 --save "" --appendonly no --daemonize yes --dir "$dir" \
+                --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" >>"$dir/redis.log" 2>&1; then
+                seckill_say "redis-server failed to start on port $port; see run/redis-cluster/$port/redis.log"
+                return 1
+            fi
+            _seckill_record_started "redis $port"
+            _seckill_await 20 "the Redis node on port $port did not answer within 20s" \
+                _seckill_cluster_node_up "$port" || return 1
+        done
+        # Only nodes that serve no slot yet can be joined; anything else is somebody's cluster.
+        for port in $SECKILL_REDIS_CLUSTER_PORTS; do
+            if [[ $(_seckill_cluster_cli "$port" cluster info 2>/dev/null) != *cluster_slots_assigned:0* ]]; then
+                seckill_say "the Redis nodes on ports $SECKILL_REDIS_CLUSTER_PORTS answer but are not one whole cluster: stop them (bash scripts/down.sh stops those this project started), or export SECKILL_REDIS_CLUSTER_PORTS with three free ports."
+                return 1
+            fi
+        done
+        seckill_say "joining ${nodes[*]} into a Redis Cluster (three primaries)"
+        mkdir -p "$SECKILL_RUN_DIR/redis-cluster" || return 1
+        if ! _seckill_cluster_cli "${SECKILL_REDIS_CLUSTER_PORTS%% *}" --cluster create "${nodes[@]}" \
+            --cluster-replicas 0 --cluster-yes >>"$SECKILL_RUN_DIR/redis-cluster/create.log" 2>&1; then
+            seckill_say "redis-cli --cluster create failed; see run/redis-cluster/create.log"
+            return 1
+        fi
+        _seckill_await 30 "the Redis Cluster on ports $SECKILL_REDIS_CLUSTER_PORTS was not whole within 30s" \
+            _seckill_cluster_ok || return 1
+    fi
+    SECKILL_TEST_REDIS_CLUSTER_URL=$url
+    export SECKILL_TEST_REDIS_CLUSTER_URL
+    seckill_say "Redis Cluster ready: $url"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 #      document (crates/e2e/tests/api_check.rs), in a venv outside the clone with the pins of
 #      scripts/requirements-api-check.txt (SECKILL_SKIP_API_CHECK=1 skips it); ensure_nginx:
 #      nginx for the web-server test, from Debian's nginx-light when missing
-#      (SECKILL_SKIP_WEB_SERVER_TEST=1 skips it);
+#      (SECKILL_SKIP_WEB_SERVER_TEST=1 skips it); ensure_redis_cluster: a local Redis Cluster of
+#      three primaries for the cluster tests (SECKILL_SKIP_REDIS_CLUSTER_TESTS=1 skips them);
 #   2. exports SECKILL_TEST_DATABASE_URL (a server URL without a database name; each test makes
 #      its own databases), SECKILL_TEST_REDIS_URL and SECKILL_TEST_AMQP_URL;
 #   3. cargo nextest run --workspace --no-fail-fast (with --profile ci when CI is set) when
@@ -60,6 +61,8 @@ ensure_browser || exit 1
 ensure_schemathesis || exit 1
 # Exports SECKILL_NGINX for the web-server test.
 ensure_nginx || exit 1
+# Exports SECKILL_TEST_REDIS_CLUSTER_URL for the tests on a Redis Cluster.
+ensure_redis_cluster || exit 1
 
 export SECKILL_TEST_DATABASE_URL=$SECKILL_PG_URL
 export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL

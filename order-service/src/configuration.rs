@@ -80,6 +80,7 @@ seckill_common::service_settings!(Settings, SERVICE);
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.amqp.validate()?;
+        self.redis.validate()?;
         self.database.validate()?;
         let order = &self.order;
         if order.batch_size == 0 || order.batch_size > 1_000 {

@@ -1,10 +1,11 @@
 //! The order consumer's side of Redis: claiming reservations and telling buyers how their
-//! request ended. Batches go in one pipeline each.
+//! request ended. Batches go in one pipeline each (one per sale on a cluster).
 
+use seckill_common::GoodsId;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts;
-use seckill_infra::redis::{Redis, RedisUse, Scripts, is_noscript};
+use seckill_infra::redis::{Redis, RedisUse, Scripts, is_noscript, pipelined};
 
 /// What the claim found of a request's reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +46,19 @@ impl ResultStore {
         self.scripts.load(&self.redis).await
     }
 
-    /// Runs a pipeline of script calls; if Redis lost the scripts (a restart), loads them and
-    /// runs it once more. Safe to repeat: every script here is idempotent.
-    async fn run<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
-        let mut conn = self.redis.clone();
-        match pipe.query_async(&mut conn).await {
+    /// Runs one script call per item, pipelined (on a cluster, one pipeline per sale: see
+    /// [`pipelined`]); if Redis lost the scripts (a restart), loads them and runs it once more.
+    /// Safe to repeat: every script here is idempotent. The replies, in the items' order.
+    async fn run<T, R: redis::FromRedisValue>(
+        &self,
+        items: &[T],
+        sale: impl Fn(&T) -> GoodsId,
+        call: impl Fn(&mut redis::Pipeline, &T),
+    ) -> anyhow::Result<Vec<R>> {
+        match pipelined(&self.redis, items, &sale, &call).await {
             Err(e) if is_noscript(&e) => {
                 self.scripts.load(&self.redis).await?;
-                Ok(pipe.query_async(&mut conn).await?)
+                Ok(pipelined(&self.redis, items, &sale, &call).await?)
             }
             other => Ok(other?),
         }
@@ -63,20 +69,24 @@ impl ResultStore {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for r in requests {
-            let mut inv = self.scripts.claim.prepare_invoke();
-            inv.key(self.keys.users(r.goods_id))
-                .key(self.keys.pending(r.goods_id))
-                .key(self.keys.epoch(r.goods_id))
-                .key(self.keys.stock(r.goods_id))
-                .key(self.keys.holdback(r.goods_id))
-                .arg(r.user_id.get())
-                .arg(r.request_id.to_string())
-                .arg(r.epoch.map(|e| e.to_string()).unwrap_or_default());
-            pipe.invoke_script(&inv);
-        }
-        let claimed: Vec<i64> = self.run(&pipe).await?;
+        let claimed: Vec<i64> = self
+            .run(
+                requests,
+                |r| r.goods_id,
+                |pipe, r| {
+                    let mut inv = self.scripts.claim.prepare_invoke();
+                    inv.key(self.keys.users(r.goods_id))
+                        .key(self.keys.pending(r.goods_id))
+                        .key(self.keys.epoch(r.goods_id))
+                        .key(self.keys.stock(r.goods_id))
+                        .key(self.keys.holdback(r.goods_id))
+                        .arg(r.user_id.get())
+                        .arg(r.request_id.to_string())
+                        .arg(r.epoch.map(|e| e.to_string()).unwrap_or_default());
+                    pipe.invoke_script(&inv);
+                },
+            )
+            .await?;
         Ok(claimed
             .into_iter()
             .map(|c| match c {
@@ -89,13 +99,18 @@ impl ResultStore {
 
     /// Tells each buyer their order id, and marks their reservation as that order.
     pub async fn succeed(&self, done: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
-        self.tell(&self.scripts.succeed, done, |inv, (r, order_id)| {
-            inv.key(self.keys.users(r.goods_id))
-                .key(self.keys.result(r.goods_id, r.user_id))
-                .arg(r.user_id.get())
-                .arg(r.request_id.to_string())
-                .arg(order_id);
-        })
+        self.tell(
+            &self.scripts.succeed,
+            done,
+            |(r, _)| r,
+            |inv, (r, order_id)| {
+                inv.key(self.keys.users(r.goods_id))
+                    .key(self.keys.result(r.goods_id, r.user_id))
+                    .arg(r.user_id.get())
+                    .arg(r.request_id.to_string())
+                    .arg(order_id);
+            },
+        )
         .await
     }
 
@@ -103,49 +118,61 @@ impl ResultStore {
     /// request id, its order id). The buyer is told that order; the unit the request held in
     /// Redis goes back to the stock (its deduction was released).
     pub async fn supersede(&self, superseded: &[(OrderRequest, uuid::Uuid, i64)]) -> anyhow::Result<()> {
-        self.tell(&self.scripts.supersede, superseded, |inv, (r, holder, order_id)| {
-            inv.key(self.keys.stock(r.goods_id))
-                .key(self.keys.users(r.goods_id))
-                .key(self.keys.result(r.goods_id, r.user_id))
-                .arg(r.user_id.get())
-                .arg(r.request_id.to_string())
-                .arg(holder.to_string())
-                .arg(order_id);
-        })
+        self.tell(
+            &self.scripts.supersede,
+            superseded,
+            |(r, _, _)| r,
+            |inv, (r, holder, order_id)| {
+                inv.key(self.keys.stock(r.goods_id))
+                    .key(self.keys.users(r.goods_id))
+                    .key(self.keys.result(r.goods_id, r.user_id))
+                    .arg(r.user_id.get())
+                    .arg(r.request_id.to_string())
+                    .arg(holder.to_string())
+                    .arg(order_id);
+            },
+        )
         .await
     }
 
     /// Ends claimed requests without an order: `failed` for the buyer, who may try again; the
     /// unit goes back to the Redis stock where `give_back` (it exists at the authority).
     pub async fn fail(&self, failed: &[(OrderRequest, bool)]) -> anyhow::Result<()> {
-        self.tell(&self.scripts.fail_claimed, failed, |inv, (r, give_back)| {
-            inv.key(self.keys.stock(r.goods_id))
-                .key(self.keys.users(r.goods_id))
-                .key(self.keys.result(r.goods_id, r.user_id))
-                .arg(r.user_id.get())
-                .arg(r.request_id.to_string())
-                .arg(if *give_back { "1" } else { "0" });
-        })
+        self.tell(
+            &self.scripts.fail_claimed,
+            failed,
+            |(r, _)| r,
+            |inv, (r, give_back)| {
+                inv.key(self.keys.stock(r.goods_id))
+                    .key(self.keys.users(r.goods_id))
+                    .key(self.keys.result(r.goods_id, r.user_id))
+                    .arg(r.user_id.get())
+                    .arg(r.request_id.to_string())
+                    .arg(if *give_back { "1" } else { "0" });
+            },
+        )
         .await
     }
 
-    /// Calls `script` once per item, all in one pipeline, its answers ignored; `call` gives a
-    /// call its keys and arguments.
+    /// Calls `script` once per item, pipelined, its answers ignored; `request` names an item's
+    /// request and `call` gives a call its keys and arguments.
     async fn tell<T>(
         &self,
         script: &redis::Script,
         items: &[T],
+        request: impl Fn(&T) -> &OrderRequest,
         call: impl Fn(&mut redis::ScriptInvocation<'_>, &T),
     ) -> anyhow::Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for item in items {
-            let mut inv = script.prepare_invoke();
-            call(&mut inv, item);
-            pipe.invoke_script(&inv).ignore();
-        }
-        self.run::<()>(&pipe).await
+        self.run::<T, redis::Value>(
+            items,
+            |item| request(item).goods_id,
+            |pipe, item| {
+                let mut inv = script.prepare_invoke();
+                call(&mut inv, item);
+                pipe.invoke_script(&inv);
+            },
+        )
+        .await?;
+        Ok(())
     }
 }

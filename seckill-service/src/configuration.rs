@@ -100,6 +100,7 @@ seckill_common::service_settings!(Settings, SERVICE);
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.amqp.validate()?;
+        self.redis.validate()?;
         let seckill = &self.seckill;
         ConfigError::check_positive("seckill.token_ttl_secs", seckill.token_ttl_secs)?;
         ConfigError::check_positive("seckill.reconcile_interval_secs", seckill.reconcile_interval_secs)?;

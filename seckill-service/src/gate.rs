@@ -7,7 +7,7 @@ use seckill_common::api::ActiveOrder;
 use seckill_common::keys::RedisKeys;
 use seckill_common::scripts::{self, Epoch, StoredResult};
 use seckill_common::{GoodsId, UserId};
-use seckill_infra::redis::{Redis, RedisUse, Scripts};
+use seckill_infra::redis::{Redis, RedisUse, Scripts, pipelined};
 use seckill_web::ApiError;
 use uuid::Uuid;
 
@@ -200,12 +200,15 @@ impl Gate {
         if requests.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for (g, u, request_id) in requests {
-            pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}")).ignore();
-        }
-        let mut conn = self.conn();
-        pipe.query_async::<()>(&mut conn).await?;
+        pipelined::<_, _, redis::Value>(
+            &self.redis,
+            requests,
+            |(g, _, _)| *g,
+            |pipe, (g, u, request_id)| {
+                pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}"));
+            },
+        )
+        .await?;
         Ok(())
     }
 

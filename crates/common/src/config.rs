@@ -227,7 +227,11 @@ impl DatabaseSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
+    /// The server; with `cluster`, one or more of the cluster's nodes, comma-separated (the
+    /// client learns the others from them).
     pub url: String,
+    /// `url` names a Redis Cluster: commands go to the node that holds their keys' slot.
+    pub cluster: bool,
     /// Put before every key (tests give each run its own).
     pub key_prefix: String,
     /// How long a call waits for a connection and an answer before answering 503.
@@ -236,13 +240,36 @@ pub struct RedisSettings {
 
 impl Default for RedisSettings {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379".into(), key_prefix: String::new(), timeout_ms: 2_000 }
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
+            key_prefix: String::new(),
+            timeout_ms: 2_000,
+        }
     }
 }
 
 impl RedisSettings {
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The URLs of `url` (one unless `cluster`).
+    pub fn urls(&self) -> Vec<String> {
+        split_urls(&self.url)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check_positive("redis.timeout_ms", self.timeout_ms)?;
+        match self.urls().len() {
+            0 => Err(ConfigError::at("redis.url", "is empty")),
+            1 => Ok(()),
+            _ if self.cluster => Ok(()),
+            n => Err(ConfigError::at(
+                "redis.url",
+                format!("names {n} servers: several are the nodes of a cluster (set redis.cluster = true)"),
+            )),
+        }
     }
 }
 

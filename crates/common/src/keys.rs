@@ -5,6 +5,18 @@
 
 use crate::ids::{GoodsId, UserId};
 
+/// Groups of rate-limit buckets, each its own hash slot on a cluster: enough to spread the
+/// buckets over the primaries, few enough that a batch of asks still shares calls.
+pub const RATE_LIMIT_GROUPS: u16 = 16;
+
+/// A rate-limit bucket's group (`0..RATE_LIMIT_GROUPS`), from the user id or address alone:
+/// every gateway replica puts one bucket in one group. FNV-1a, stable across builds.
+pub fn rate_limit_group(who: &str) -> u16 {
+    let hash =
+        who.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    u16::try_from(hash % u64::from(RATE_LIMIT_GROUPS)).unwrap_or_default()
+}
+
 /// Builds key names under an optional prefix (tests give each run its own).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RedisKeys {
@@ -21,10 +33,11 @@ impl RedisKeys {
     }
 
     /// The gateway's shared rate-limit bucket of one class of routes for one user id or client
-    /// address (`scripts::RATE_LIMIT`). One call takes several keys: on a cluster the gateway
-    /// must batch per hash slot (not yet: `redis.url` names one server).
+    /// address (`scripts::RATE_LIMIT`). Its hash tag is the bucket's group
+    /// ([`rate_limit_group`]): one script call takes many buckets, and on a cluster all the
+    /// keys of one call must share a slot, so the gateway makes one call per group.
     pub fn rate_limit(&self, class: &str, who: &str) -> String {
-        format!("{}seckill:rl:{class}:{who}", self.prefix)
+        format!("{}seckill:rl:{{rl{}}}:{class}:{who}", self.prefix, rate_limit_group(who))
     }
 
     /// Units left to reserve (an integer).
@@ -96,5 +109,17 @@ mod tests {
         assert_eq!(k.epoch(g), "t1:seckill:{7}:epoch");
         assert_eq!(k.holdback(g), "t1:seckill:{7}:holdback");
         assert_eq!(RedisKeys::default().stock(g), "seckill:{7}:stock");
+    }
+
+    #[test]
+    fn a_rate_limit_bucket_is_in_one_group_whatever_the_replica() {
+        let k = RedisKeys::new("t1:");
+        let group = rate_limit_group("42");
+        assert_eq!(k.rate_limit("buy", "42"), format!("t1:seckill:rl:{{rl{group}}}:buy:42"));
+        // Spread over the groups: 1,000 users land in every one of them.
+        let used: std::collections::BTreeSet<u16> =
+            (0..1_000).map(|u| rate_limit_group(&u.to_string())).collect();
+        assert_eq!(used.len(), usize::from(RATE_LIMIT_GROUPS));
+        assert_eq!(rate_limit_group("203.0.113.9"), rate_limit_group("203.0.113.9"));
     }
 }

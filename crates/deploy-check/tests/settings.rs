@@ -314,6 +314,70 @@ fn every_deployment_of_every_overlay_is_read_by_its_service() {
     }
 }
 
+/// Renders `overlay` with `component` added, as an operator's overlay would (a kustomization
+/// in a directory of its own that names both by relative path).
+fn render_with_component(overlay: &str, component: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("seckill-kustomize-{}", scratch_tag()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Up to / from the directory, then down to the repository (kustomize wants relative paths).
+    let up = "../".repeat(dir.components().count() - 1);
+    let repo = root().canonicalize().unwrap();
+    let at = |p: &str| format!("{up}{}/deploy/k8s/{p}", repo.display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            at(&format!("overlays/{overlay}")),
+            at(&format!("components/{component}"))
+        ),
+    )
+    .unwrap();
+    let out = Command::new("kubectl").arg("kustomize").arg(&dir).output().expect("kubectl kustomize");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{overlay} + {component}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+/// A tag unique to this call, for a scratch directory.
+fn scratch_tag() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{}-{nanos}", std::process::id())
+}
+
+#[test]
+fn every_component_added_to_either_overlay_is_read_by_the_services() {
+    if Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+        println!("skipped: kubectl is not installed (it renders deploy/k8s/overlays/*)");
+        return;
+    }
+    let components: Vec<String> = std::fs::read_dir(root().join("deploy/k8s/components"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(components.iter().any(|c| c == "redis-cluster"), "{components:?}");
+    for overlay in ["dev", "prod"] {
+        // An overlay that has a component already is not given it twice.
+        let own = std::fs::read_to_string(
+            root().join("deploy/k8s/overlays").join(overlay).join("kustomization.yaml"),
+        )
+        .unwrap();
+        for component in components.iter().filter(|c| !own.contains(&format!("components/{c}"))) {
+            let rendered = render_with_component(overlay, component);
+            let place = format!("{overlay} + {component}");
+            let envs = deployment_envs(&place, &rendered);
+            if component == "redis-cluster" {
+                for (place, service, env) in &envs {
+                    let on = env.get("SECKILL__REDIS__CLUSTER").map(String::as_str);
+                    let uses_redis = env.contains_key("SECKILL__REDIS__URL");
+                    assert_eq!(on == Some("true"), uses_redis, "{place}: {service} and redis.cluster");
+                }
+            }
+            check_all(envs);
+        }
+    }
+}
+
 /// A compose value with `deploy/.env`'s variables filled in: `$$` is a `$`, and every `${NAME}`,
 /// `${NAME:?message}` or `$NAME` a dummy secret (they are all credentials).
 fn interpolate(value: &str) -> String {

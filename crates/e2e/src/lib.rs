@@ -44,6 +44,9 @@ pub struct Options {
     pub rate_limits: Option<gateway::configuration::RateLimitSettings>,
     /// The gateway's `storefront.dir`: where it also writes the pages, for a web server.
     pub storefront_dir: Option<std::path::PathBuf>,
+    /// Every service on this Redis Cluster (its nodes, comma-separated:
+    /// `seckill_testkit::redis_cluster_url`) instead of the tests' one server.
+    pub redis_cluster: Option<String>,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             seckill_amqp_url: None,
             rate_limits: None,
             storefront_dir: None,
+            redis_cluster: None,
         }
     }
 }
@@ -81,6 +85,8 @@ pub struct System {
     pub stock: RunningService,
     pub http: reqwest::Client,
     pub redis_keys: RedisKeys,
+    /// The services' Redis (one server or a cluster), for the helpers that look into it.
+    redis_settings: seckill_common::config::RedisSettings,
     pub amqp_names: AmqpNames,
     pub stock_db: TestDb,
     pub order_db: TestDb,
@@ -102,8 +108,12 @@ pub fn spawn_system_with(options: Options) -> System {
     let stock_db = TestDb::new("stock");
     let order_db = TestDb::new("order");
 
+    if let Some(nodes) = &options.redis_cluster {
+        names.on_cluster(nodes);
+    }
     let redis = seckill_common::config::RedisSettings {
-        url: redis_url(),
+        url: options.redis_cluster.clone().unwrap_or_else(redis_url),
+        cluster: options.redis_cluster.is_some(),
         key_prefix: names.redis_prefix.clone(),
         ..Default::default()
     };
@@ -223,6 +233,7 @@ pub fn spawn_system_with(options: Options) -> System {
         stock,
         http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
         redis_keys,
+        redis_settings: redis,
         amqp_names,
         stock_db,
         order_db,
@@ -452,8 +463,9 @@ impl System {
         serde_json::from_value(body).unwrap()
     }
 
-    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+    /// A connection to the services' Redis (on a cluster, commands go to their keys' nodes).
+    pub async fn redis(&self) -> seckill_infra::redis::Redis {
+        seckill_infra::redis::connect(&self.redis_settings).unwrap()
     }
 
     pub async fn redis_stock(&self, g: GoodsId) -> Option<i64> {

@@ -16,14 +16,16 @@ use std::time::{Duration, Instant};
 use gateway::configuration::{LimitSettings, RateLimitSettings};
 use seckill_e2e::{Options, System, spawn_system_with};
 
-/// Test cases per operation and phase: about 2,500 a run, some 20 s on two cores.
+/// Test cases per operation and phase: about 2,500 a run, 45 to 55 s on two cores alone and
+/// over 100 s while the rest of the suite runs beside it.
 const MAX_EXAMPLES: u32 = 100;
 /// The seed of the runs: the same requests each time (give or take how the two runs
 /// interleave). One whose admin run publishes many sales (about 70, extreme prices among them):
 /// seeds that publish few found less.
 const SEED: u64 = 8;
-/// A run that takes longer is stopped and fails the test (before nextest's 2 minutes do).
-const RUN_LIMIT: Duration = Duration::from_secs(100);
+/// A run that takes longer is stopped and fails the test (before nextest's 5 minutes for this
+/// test do, .config/nextest.toml): a hang, not a slow machine.
+const RUN_LIMIT: Duration = Duration::from_secs(240);
 
 #[tokio::test]
 async fn every_answer_matches_the_document_and_none_is_a_5xx() {

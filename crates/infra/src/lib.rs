@@ -20,7 +20,14 @@ pub fn is_outage(e: &anyhow::Error) -> bool {
             return e.is_io_error()
                 || e.is_connection_dropped()
                 || e.is_connection_refusal()
-                || e.is_timeout();
+                || e.is_timeout()
+                // A cluster in a failover or resharding, or with no node for a slot.
+                || e.is_cluster_error()
+                || matches!(
+                    e.kind(),
+                    ::redis::ErrorKind::ClusterConnectionNotFound
+                        | ::redis::ErrorKind::Server(::redis::ServerErrorKind::MasterDown)
+                );
         }
         if let Some(e) = cause.downcast_ref::<upstream::UpstreamError>() {
             return matches!(e, upstream::UpstreamError::Unavailable(_));

@@ -1,35 +1,149 @@
 //! The Redis connection and the buy-path scripts, loaded once at start and run with EVALSHA.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script};
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use futures_util::future::try_join_all;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
 use seckill_common::config::RedisSettings;
 use seckill_common::scripts;
 
-/// The process's Redis connection: one multiplexed connection shared by every request (a
-/// cheap clone), on which concurrent calls are pipelined: under a spike one socket write
-/// carries many gate calls and Redis reads them in one go. It reconnects by itself.
-pub type Redis = ConnectionManager;
+/// The process's Redis connection, one server or a cluster behind one type: every call goes
+/// through [`ConnectionLike`], so the services' code is the same for both. A cheap clone.
+///
+/// One server: one multiplexed connection shared by every request, on which concurrent calls
+/// are pipelined (under a spike one socket write carries many gate calls and Redis reads them
+/// in one go); it reconnects by itself. A cluster: one such connection per node, each command
+/// sent to the node holding its keys' slot (every key of a sale shares one: the `{<goods id>}`
+/// tag), following the cluster through failovers and resharding.
+///
+/// A pipeline on a cluster must keep to one slot (Redis refuses a cross-slot one):
+/// [`pipelined`] splits a pipeline over many sales by slot.
+#[derive(Clone)]
+pub enum Redis {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Redis {
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Tries a cluster call gets when the cluster moved a slot or lost a node (a MOVED or ASK
+/// redirection, a reconnection), all within `redis.timeout_ms`.
+const CLUSTER_RETRIES: u32 = 3;
+/// The pause before a cluster call's next try, at least and at most (milliseconds).
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
 
 /// Opens nothing yet: the first call connects (the services' first call loads the scripts at
 /// start). A connection attempt and an answer each wait at most `redis.timeout_ms`; a failed
 /// attempt is not retried inside the call: the next call tries again, so a Redis outage
 /// while running is a quick 503 per request, not a hang, and the connection comes back with
-/// Redis.
+/// Redis. On a cluster a call may follow a redirection or a failover within that time.
 ///
 /// `rediss://` connects over TLS, checking the certificate against the system's roots (or
 /// `SSL_CERT_FILE`) and the URL's host name.
 pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
-    if settings.url.starts_with("rediss:") {
+    if settings.url.contains("rediss:") {
         // redis builds its rustls config from the process's provider: name aws-lc-rs (reqwest's
         // and lapin's) rather than rely on it being the only one compiled in. Already set: fine.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }
+    let timeout = settings.timeout();
+    if settings.cluster {
+        let (min_wait, max_wait) = CLUSTER_RETRY_WAIT_MS;
+        let client = ClusterClient::builder(settings.urls())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(min_wait)
+            .max_retry_wait(max_wait)
+            .build()?;
+        let config = ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+        return Ok(Redis::Cluster(client.get_pending_async_connection_with_config(config)));
+    }
     let client = Client::open(settings.url.as_str())?;
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(settings.timeout()))
-        .set_response_timeout(Some(settings.timeout()))
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
         .set_number_of_retries(0);
-    Ok(ConnectionManager::new_lazy_with_config(client, config)?)
+    Ok(Redis::Single(ConnectionManager::new_lazy_with_config(client, config)?))
+}
+
+/// Runs one pipelined command per item and answers their replies in the items' order. On one
+/// server that is one pipeline; on a cluster one pipeline per `slot_of(item)` (all the keys of
+/// one item's command must share a slot, as a sale's do), sent at once, so a batch over many
+/// sales costs one round trip either way. `add` appends an item's command.
+pub async fn pipelined<T, S: Hash + Eq, R: FromRedisValue>(
+    redis: &Redis,
+    items: &[T],
+    slot_of: impl Fn(&T) -> S,
+    add: impl Fn(&mut Pipeline, &T),
+) -> redis::RedisResult<Vec<R>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut groups: Vec<(Pipeline, Vec<usize>)> = Vec::new();
+    if redis.is_cluster() {
+        let mut by_slot: HashMap<S, usize> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let g = *by_slot.entry(slot_of(item)).or_insert_with(|| {
+                groups.push((redis::pipe(), Vec::new()));
+                groups.len() - 1
+            });
+            add(&mut groups[g].0, item);
+            groups[g].1.push(i);
+        }
+    } else {
+        let mut pipe = redis::pipe();
+        items.iter().for_each(|item| add(&mut pipe, item));
+        groups.push((pipe, (0..items.len()).collect()));
+    }
+    let replies = try_join_all(groups.iter().map(|(pipe, _)| {
+        let mut conn = redis.clone();
+        async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+    }))
+    .await?;
+    let mut out = vec![Value::Nil; items.len()];
+    for ((_, positions), values) in groups.iter().zip(replies) {
+        for (&i, v) in positions.iter().zip(values) {
+            out[i] = v;
+        }
+    }
+    Ok(out.into_iter().map(redis::from_redis_value).collect::<Result<_, _>>()?)
 }
 
 /// `/readyz` check.
@@ -39,8 +153,9 @@ pub async fn ping(redis: &Redis) -> Result<(), String> {
 }
 
 /// The commands every service with Redis runs through this module: PING (`/readyz`), then
-/// SCRIPT LOAD and EVALSHA for its scripts. (ACL spelling: lower case, `|` for a subcommand.)
-pub const BASE_COMMANDS: [&str; 3] = ["ping", "script|load", "evalsha"];
+/// SCRIPT LOAD and EVALSHA for its scripts, and on a cluster CLUSTER SLOTS (where each slot
+/// is). (ACL spelling: lower case, `|` for a subcommand.)
+pub const BASE_COMMANDS: [&str; 4] = ["ping", "script|load", "evalsha", "cluster|slots"];
 
 /// What a service runs on Redis besides [`BASE_COMMANDS`]: the Lua scripts it runs (texts of
 /// `seckill_common::scripts`; Redis checks each command a script calls against the ACL too)

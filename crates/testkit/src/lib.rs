@@ -26,6 +26,24 @@ pub fn redis_url() -> String {
     std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// The nodes of the tests' Redis Cluster (`SECKILL_TEST_REDIS_CLUSTER_URL`, comma-separated;
+/// scripts/test.sh starts one of three primaries), or None when
+/// `SECKILL_SKIP_REDIS_CLUSTER_TESTS` is set: `test` then skips itself, saying so. Without
+/// either the test fails, naming scripts/test.sh.
+pub fn redis_cluster_url(test: &str) -> Option<String> {
+    if std::env::var("SECKILL_SKIP_REDIS_CLUSTER_TESTS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        eprintln!("{test}: skipped (SECKILL_SKIP_REDIS_CLUSTER_TESTS is set)");
+        return None;
+    }
+    let url = std::env::var("SECKILL_TEST_REDIS_CLUSTER_URL").ok().filter(|u| !u.is_empty());
+    assert!(
+        url.is_some(),
+        "{test} needs a Redis Cluster: run scripts/test.sh (it starts one of three primaries), or set \
+         SECKILL_TEST_REDIS_CLUSTER_URL to its nodes, or SECKILL_SKIP_REDIS_CLUSTER_TESTS=1 to skip"
+    );
+    url
+}
+
 pub fn amqp_url() -> String {
     std::env::var("SECKILL_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
@@ -79,6 +97,8 @@ pub struct TestNames {
     pub amqp_prefix: String,
     queues: Vec<String>,
     exchanges: Vec<String>,
+    /// The Redis servers the keys are on: the tests' server, or a cluster's nodes.
+    redis_nodes: Vec<String>,
 }
 
 impl TestNames {
@@ -89,7 +109,13 @@ impl TestNames {
             amqp_prefix: format!("{tag}."),
             queues: Vec::new(),
             exchanges: Vec::new(),
+            redis_nodes: vec![redis_url()],
         }
+    }
+
+    /// The test's keys are on the Redis Cluster of these nodes (`redis_cluster_url`).
+    pub fn on_cluster(&mut self, nodes: &str) {
+        self.redis_nodes = nodes.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
     }
 
     /// Queues and exchanges to delete at the end (the services declare them).
@@ -110,16 +136,21 @@ impl Drop for TestNames {
         let pattern = format!("{}*", self.redis_prefix);
         let queues = std::mem::take(&mut self.queues);
         let exchanges = std::mem::take(&mut self.exchanges);
+        let nodes = std::mem::take(&mut self.redis_nodes);
         block_on_own_thread(async move {
-            let _ = delete_redis_keys(&pattern).await;
+            for node in &nodes {
+                let _ = delete_redis_keys(node, &pattern).await;
+            }
             let _ = delete_amqp(&queues, &exchanges).await;
         });
     }
 }
 
-async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
+/// Deletes the keys matching `pattern` on one server (a cluster node: those of its slots),
+/// one DEL each, so keys of different slots never share a command.
+async fn delete_redis_keys(node: &str, pattern: &str) -> anyhow::Result<()> {
     use ::redis;
-    let client = redis::Client::open(redis_url())?;
+    let client = redis::Client::open(node)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let keys: Vec<String> = {
         let mut iter: redis::AsyncIter<String> = redis::AsyncCommands::scan_match(&mut conn, pattern).await?;
@@ -130,7 +161,11 @@ async fn delete_redis_keys(pattern: &str) -> anyhow::Result<()> {
         keys
     };
     for chunk in keys.chunks(500) {
-        redis::cmd("DEL").arg(chunk).query_async::<()>(&mut conn).await?;
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.del(key).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await?;
     }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! Redis, taken by a script (`scripts::RATE_LIMIT`) on Redis' own clock.
 //!
 //! The requests do not call Redis one by one: they queue their asks, and one task sends every
-//! ask waiting in one script call, then the next batch once that call has answered. An idle
+//! ask waiting in one script call (on a cluster, one per group of buckets, `keys::rate_limit_group`,
+//! sent at once), then the next batch once that call has answered. An idle
 //! gateway sends a call per ask (no waiting added); under a spike a call carries several, which
 //! share its fixed cost (Redis' read, script start and reply; the gateway's write and read).
 //!
@@ -24,8 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use futures_util::future::join_all;
 use redis::Script;
-use seckill_common::keys::RedisKeys;
+use seckill_common::keys::{RedisKeys, rate_limit_group};
 use seckill_common::scripts;
 use seckill_infra::redis::{Redis, RedisUse};
 use tokio::sync::{mpsc, oneshot};
@@ -60,6 +62,8 @@ pub struct SharedLimits {
 struct Ask {
     bucket: (Class, Who),
     key: String,
+    /// The key's hash tag (`keys::rate_limit_group`): on a cluster, one call per group.
+    group: u16,
     interval_us: u64,
     burst: u32,
     want: u32,
@@ -105,9 +109,11 @@ impl SharedLimits {
             return decided_alone();
         }
         let (answer, answered) = oneshot::channel();
+        let who_text = who.to_string();
         let ask = Ask {
             bucket: (class, who),
-            key: self.keys.rate_limit(class.name(), &who.to_string()),
+            key: self.keys.rate_limit(class.name(), &who_text),
+            group: rate_limit_group(&who_text),
             interval_us: 1_000_000 / u64::from(quota.per_sec.get()),
             burst: quota.burst.get(),
             want: self.lease.min(quota.burst.get()),
@@ -202,7 +208,16 @@ impl Caller {
         while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
             // A request that gave up (its timeout) no longer takes a token.
             batch.retain(|ask| !ask.answer.is_closed());
-            if !batch.is_empty() {
+            if self.redis.is_cluster() {
+                // One call per group (a slot of its own), all at once.
+                batch.sort_by_key(|ask| ask.group);
+                let mut groups = Vec::new();
+                while let Some(first) = batch.first().map(|ask| ask.group) {
+                    let end = batch.iter().position(|ask| ask.group != first).unwrap_or(batch.len());
+                    groups.push(batch.drain(..end).collect::<Vec<_>>());
+                }
+                join_all(groups.iter_mut().map(|group| self.call(group))).await;
+            } else if !batch.is_empty() {
                 self.call(&mut batch).await;
             }
             batch.clear();
