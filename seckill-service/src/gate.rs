@@ -49,8 +49,8 @@ pub struct Snapshot {
     pub in_flight: Vec<Uuid>,
 }
 
-/// What the gate runs on Redis: the scripts it loads, and the commands of its own calls below
-/// (its ACL user allows exactly these; crates/deploy-check).
+/// What the gate and the bucket transfers (`buckets`) run on Redis: the scripts they load, and
+/// the commands of their own calls (its ACL user allows exactly these; crates/deploy-check).
 pub const REDIS_USE: RedisUse = RedisUse {
     scripts: &[
         scripts::LOAD,
@@ -60,8 +60,11 @@ pub const REDIS_USE: RedisUse = RedisUse {
         scripts::SNAPSHOT,
         scripts::ADJUST,
         scripts::PATH_TOKEN,
+        scripts::TRANSFER_TAKE,
+        scripts::TRANSFER_GIVE,
+        scripts::TRANSFER_SETTLE,
     ],
-    commands: &["get", "set", "del", "exists", "zrem", "zrangebyscore", "hsetnx"],
+    commands: &["get", "set", "del", "exists", "zrem", "zrangebyscore", "hsetnx", "hgetall"],
 };
 
 pub struct Gate {

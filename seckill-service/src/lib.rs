@@ -5,6 +5,7 @@
 
 pub mod batcher;
 pub mod broadcast;
+pub mod buckets;
 pub mod configuration;
 pub mod confirmations;
 pub mod gate;

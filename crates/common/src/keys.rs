@@ -17,6 +17,27 @@ pub fn rate_limit_group(who: &str) -> u16 {
     u16::try_from(hash % u64::from(RATE_LIMIT_GROUPS)).unwrap_or_default()
 }
 
+/// One bucket of a sale whose stock is split over several keys, each its own hash slot, so a
+/// sale too hot for one Redis Cluster shard spreads over several. Bucket 0 is the sale's own
+/// tag (`{<goods id>}`: a sale of one bucket is any sale); bucket `b` is tagged
+/// `{<goods id>:b<b>}`, which no sale's tag (digits alone) can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SaleBucket {
+    pub goods: GoodsId,
+    pub bucket: u8,
+}
+
+impl SaleBucket {
+    pub fn new(goods: GoodsId, bucket: u8) -> Self {
+        Self { goods, bucket }
+    }
+
+    /// The hash tag's content.
+    fn tag(self) -> String {
+        if self.bucket == 0 { self.goods.to_string() } else { format!("{}:b{}", self.goods, self.bucket) }
+    }
+}
+
 /// Builds key names under an optional prefix (tests give each run its own).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RedisKeys {
@@ -87,6 +108,25 @@ impl RedisKeys {
         format!("{}seckill:{{{g}}}:rebuilding", self.prefix)
     }
 
+    /// The stock of bucket `b` of a sale split into buckets (see [`SaleBucket`]).
+    pub fn bucket_stock(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:stock", self.prefix, at.tag())
+    }
+
+    /// Units a bucket gave away and the bucket they went to has not yet been seen to hold:
+    /// hash transfer id -> `<to bucket>|<units>|<taken at, ms>`. An entry lives from the take
+    /// to the settle; one left behind (the process died between) is what the reconciler
+    /// finishes (`scripts::TRANSFER_GIVE`, then `TRANSFER_SETTLE`).
+    pub fn transfers_out(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:transfers:out", self.prefix, at.tag())
+    }
+
+    /// The transfers a bucket has received: sorted set of transfer ids scored by when (ms), so
+    /// a transfer given twice (a reconciler and the process that took it) adds its units once.
+    pub fn transfers_in(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:transfers:in", self.prefix, at.tag())
+    }
+
     /// A pattern matching every key under this prefix (for clean-up in tests and tools).
     pub fn all_pattern(&self) -> String {
         format!("{}seckill:*", self.prefix)
@@ -121,5 +161,15 @@ mod tests {
             (0..1_000).map(|u| rate_limit_group(&u.to_string())).collect();
         assert_eq!(used.len(), usize::from(RATE_LIMIT_GROUPS));
         assert_eq!(rate_limit_group("203.0.113.9"), rate_limit_group("203.0.113.9"));
+    }
+
+    #[test]
+    fn bucket_zero_is_the_sale_and_the_others_have_tags_of_their_own() {
+        let k = RedisKeys::new("t1:");
+        let g = GoodsId::new(7).unwrap();
+        assert_eq!(k.bucket_stock(SaleBucket::new(g, 0)), k.stock(g));
+        assert_eq!(k.bucket_stock(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:stock");
+        assert_eq!(k.transfers_out(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:transfers:out");
+        assert_eq!(k.transfers_in(SaleBucket::new(g, 0)), "t1:seckill:{7}:transfers:in");
     }
 }

@@ -194,6 +194,46 @@ if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
 return s
 ";
 
+/// Moves units between two buckets of one sale (`keys::SaleBucket`), each on its own slot, so
+/// no one script can touch both: a transfer is three scripts, and a unit is never lost or
+/// counted twice whichever of them a dying process did not run. TAKE takes the units from the
+/// giving bucket and logs the transfer there; GIVE adds them to the receiving bucket unless it
+/// has seen the transfer already; SETTLE drops the log entry. The units of a logged transfer
+/// are in transit: in neither bucket's stock until GIVE ran, and the reconciler runs GIVE and
+/// SETTLE for an entry that stays (it reads them with HGETALL).
+///
+/// TAKE. KEYS: the giving bucket's stock, its transfers out. ARGV: transfer id, the receiving
+/// bucket, most units to take, now (ms).
+/// Takes half of what the bucket holds (rounded up), at most the most asked: a bucket that
+/// ran dry is given enough for its buyers for a while, and the giving one keeps the rest of
+/// its own. Returns the units taken (0: the bucket is empty), or -1 when it is not loaded.
+pub const TRANSFER_TAKE: &str = r"
+local s = tonumber(redis.call('GET', KEYS[1]))
+if s == nil then return -1 end
+local k = math.min(tonumber(ARGV[3]), math.floor((s + 1) / 2))
+if k <= 0 then return 0 end
+redis.call('DECRBY', KEYS[1], k)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. k .. '|' .. ARGV[4])
+return k
+";
+
+/// GIVE. KEYS: the receiving bucket's stock, its transfers in. ARGV: transfer id, units, now
+/// (ms). Returns 1 when the units were added now, 0 when this transfer was given before, -1
+/// when the bucket is not loaded (the units stay in transit: a load of the bucket counts them
+/// out, and the reconciler gives them once it is loaded).
+pub const TRANSFER_GIVE: &str = r"
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+";
+
+/// SETTLE. KEYS: the giving bucket's transfers out. ARGV: transfer id. The transfer is done.
+pub const TRANSFER_SETTLE: &str = r"
+return redis.call('HDEL', KEYS[1], ARGV[1])
+";
+
 /// The path token: the same unused token while it lives, a new one after.
 /// KEYS: token. ARGV: new token, ttl seconds. Returns the token to hand out.
 pub const PATH_TOKEN: &str = r"

@@ -180,6 +180,9 @@ pub struct Scripts {
     pub path_token: Script,
     pub snapshot: Script,
     pub adjust: Script,
+    pub transfer_take: Script,
+    pub transfer_give: Script,
+    pub transfer_settle: Script,
 }
 
 impl Default for Scripts {
@@ -222,6 +225,9 @@ impl Scripts {
             path_token: script("path_token", scripts::PATH_TOKEN),
             snapshot: script("snapshot", scripts::SNAPSHOT),
             adjust: script("adjust", scripts::ADJUST),
+            transfer_take: script("transfer_take", scripts::TRANSFER_TAKE),
+            transfer_give: script("transfer_give", scripts::TRANSFER_GIVE),
+            transfer_settle: script("transfer_settle", scripts::TRANSFER_SETTLE),
         }
     }
 
@@ -241,6 +247,9 @@ impl Scripts {
             &self.path_token,
             &self.snapshot,
             &self.adjust,
+            &self.transfer_take,
+            &self.transfer_give,
+            &self.transfer_settle,
         ] {
             s.prepare_invoke().load_async(&mut conn).await?;
         }

@@ -2,6 +2,7 @@
 //! order-service's internal API, real Redis and RabbitMQ under this test's own names.
 
 mod batch;
+mod buckets;
 mod buy;
 mod helpers;
 mod identity;
