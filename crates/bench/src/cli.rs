@@ -79,6 +79,11 @@ pub enum Command {
     AmqpCleanup(AmqpCleanupArgs),
     /// Prints the gate's Lua script (seckill_common::scripts::RESERVE), for redis-benchmark.
     GateScript,
+    /// The gate alone: the reserve script on one hot sale, --connections (64) callers for
+    /// --secs (5), on one Redis server or a cluster (--cluster), the stock in --buckets (1)
+    /// buckets; calls/s, latency, each node's share and the CPU a call costs a node. One JSON
+    /// line on stdout (scripts/bench-scaling.sh runs it over clusters of 1 to 3 primaries).
+    Gate(crate::gate_load::GateArgs),
     /// Records a figure measured by another tool (JSON for `markdown`).
     External(ExternalArgs),
     /// Records this machine and the run's versions and notes (JSON for `markdown`).
@@ -686,6 +691,23 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::GateScript => {
             print!("{}", seckill_common::scripts::RESERVE);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Gate(a) => {
+            let report = crate::gate_load::run(&a).await?;
+            eprintln!(
+                "gate: {} {} node(s), {} bucket(s): {:.0} calls/s, p50 {:.2} ms, p99 {:.2} ms, {:.1} µs of Redis CPU a call, per node {:?}, {} errors",
+                report.label,
+                report.nodes,
+                report.buckets,
+                report.calls_per_sec,
+                report.p50_ms,
+                report.p99_ms,
+                report.cpu_us_per_call,
+                report.calls_per_node,
+                report.errors
+            );
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(if report.errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::External(a) => {
             let e = External {

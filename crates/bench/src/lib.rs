@@ -18,6 +18,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod client;
 pub mod faults;
+pub mod gate_load;
 pub mod invariants;
 pub mod machine;
 pub mod markdown;

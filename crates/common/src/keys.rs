@@ -108,9 +108,35 @@ impl RedisKeys {
         format!("{}seckill:{{{g}}}:rebuilding", self.prefix)
     }
 
-    /// The stock of bucket `b` of a sale split into buckets (see [`SaleBucket`]).
+    /// The stock of bucket `b` of a sale split into buckets (see [`SaleBucket`]); bucket 0's
+    /// is [`RedisKeys::stock`].
     pub fn bucket_stock(&self, at: SaleBucket) -> String {
         format!("{}seckill:{{{}}}:stock", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::users`], for one bucket of a sale.
+    pub fn bucket_users(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:users", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::pending`], for one bucket of a sale.
+    pub fn bucket_pending(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:pending", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::result`], for one bucket of a sale.
+    pub fn bucket_result(&self, at: SaleBucket, u: UserId) -> String {
+        format!("{}seckill:{{{}}}:result:{u}", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::token`], for one bucket of a sale.
+    pub fn bucket_token(&self, at: SaleBucket, u: UserId) -> String {
+        format!("{}seckill:{{{}}}:token:{u}", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::epoch`], for one bucket of a sale.
+    pub fn bucket_epoch(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:epoch", self.prefix, at.tag())
     }
 
     /// Units a bucket gave away and the bucket they went to has not yet been seen to hold:
@@ -167,7 +193,14 @@ mod tests {
     fn bucket_zero_is_the_sale_and_the_others_have_tags_of_their_own() {
         let k = RedisKeys::new("t1:");
         let g = GoodsId::new(7).unwrap();
-        assert_eq!(k.bucket_stock(SaleBucket::new(g, 0)), k.stock(g));
+        let zero = SaleBucket::new(g, 0);
+        let u = UserId::new(42).unwrap();
+        assert_eq!(
+            [k.bucket_stock(zero), k.bucket_users(zero), k.bucket_pending(zero), k.bucket_epoch(zero)],
+            [k.stock(g), k.users(g), k.pending(g), k.epoch(g)]
+        );
+        assert_eq!([k.bucket_result(zero, u), k.bucket_token(zero, u)], [k.result(g, u), k.token(g, u)]);
+        assert_eq!(k.bucket_users(SaleBucket::new(g, 2)), "t1:seckill:{7:b2}:users");
         assert_eq!(k.bucket_stock(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:stock");
         assert_eq!(k.transfers_out(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:transfers:out");
         assert_eq!(k.transfers_in(SaleBucket::new(g, 0)), "t1:seckill:{7}:transfers:in");
