@@ -118,3 +118,179 @@ fn several_servers_are_a_cluster_or_a_mistake() {
     assert!(err.contains("redis.cluster"), "{err}");
     assert!(RedisSettings { cluster: true, ..several }.validate().is_ok());
 }
+
+/// A private Redis Cluster of three primaries for one test (it kills and restarts a node, which
+/// the shared test cluster must not see): redis-server processes on free loopback ports, the
+/// slots split evenly, a primary's failure leaving the others serving their slots.
+struct PrivateCluster {
+    ports: Vec<u16>,
+    dir: std::path::PathBuf,
+    nodes: Vec<Option<std::process::Child>>,
+}
+
+impl PrivateCluster {
+    async fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("seckill-cluster-{}", seckill_testkit::unique_tag()));
+        let mut ports = Vec::new();
+        while ports.len() < 3 {
+            // A free port whose cluster bus port (+10000) is free too.
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let bus_free = port < 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+            if bus_free && !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let mut cluster = Self { ports: ports.clone(), dir, nodes: Vec::new() };
+        for i in 0..3 {
+            let child = cluster.spawn(i);
+            cluster.nodes.push(Some(child));
+        }
+        for (i, port) in ports.iter().enumerate() {
+            let mut conn = Self::node(*port).await;
+            let (lo, hi) = (16_384 * i / 3, 16_384 * (i + 1) / 3 - 1);
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(lo)
+                .arg(hi)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let mut first = Self::node(ports[0]).await;
+        for port in &ports[1..] {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(*port)
+                .query_async(&mut first)
+                .await
+                .unwrap();
+        }
+        cluster.wait_whole().await;
+        cluster
+    }
+
+    fn spawn(&self, i: usize) -> std::process::Child {
+        let dir = self.dir.join(self.ports[i].to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.ports[i].to_string()])
+            .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test.sh installs it)")
+    }
+
+    /// A plain connection to one node, once it answers.
+    async fn node(port: u16) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        for _ in 0..100 {
+            if let Ok(conn) = client.get_multiplexed_async_connection().await {
+                return conn;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the node on port {port} does not answer");
+    }
+
+    async fn wait_whole(&self) {
+        for _ in 0..200 {
+            let mut whole = true;
+            for port in &self.ports {
+                let mut conn = Self::node(*port).await;
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.unwrap();
+                whole &= info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3");
+            }
+            if whole {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the private cluster did not form");
+    }
+
+    fn url(&self) -> String {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// A key held by node `i` (slots split evenly: node i holds a third).
+    async fn key_on(&self, i: usize) -> String {
+        let mut conn = Self::node(self.ports[0]).await;
+        for n in 0.. {
+            let key = format!("seckill:{{{n}}}:stock");
+            let slot: usize =
+                redis::cmd("CLUSTER").arg("KEYSLOT").arg(&key).query_async(&mut conn).await.unwrap();
+            if slot * 3 / 16_384 == i {
+                return key;
+            }
+        }
+        unreachable!()
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts node `i` again on its port and directory: it keeps its place in the cluster (its
+    /// nodes.conf), not its data.
+    fn restart(&mut self, i: usize) {
+        self.nodes[i] = Some(self.spawn(i));
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A primary of the cluster dies: calls for its slots fail quickly as an outage while the other
+/// primaries' sales go on; it comes back without its data (restarted, no persistence): the
+/// client finds it again on its own, and its keys are simply gone (the sale's data lost, which
+/// the services rebuild from the authorities).
+#[tokio::test]
+async fn a_cluster_primary_that_dies_fails_only_its_slots_and_is_found_again_when_back() {
+    if seckill_testkit::redis_cluster_url("a_cluster_primary_that_dies").is_none() {
+        return;
+    }
+    let mut cluster = PrivateCluster::start().await;
+    let settings =
+        RedisSettings { url: cluster.url(), cluster: true, timeout_ms: 500, ..RedisSettings::default() };
+    let redis = connect(&settings).unwrap();
+    let (lost, kept) = (cluster.key_on(1).await, cluster.key_on(2).await);
+    let mut conn = redis.clone();
+    let _: () = conn.set(&lost, 10).await.unwrap();
+    let _: () = conn.set(&kept, 20).await.unwrap();
+
+    cluster.kill(1);
+    let started = Instant::now();
+    let err = conn.get::<_, Option<i64>>(&lost).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    let shown = format!("{err:?}");
+    assert!(seckill_infra::is_outage(&anyhow::Error::new(err)), "not an outage: {shown}");
+    assert_eq!(conn.get::<_, Option<i64>>(&kept).await.unwrap(), Some(20), "the other primaries serve on");
+
+    cluster.restart(1);
+    let mut back = None;
+    for _ in 0..100 {
+        if let Ok(value) = conn.get::<_, Option<i64>>(&lost).await {
+            back = Some(value);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(back, Some(None), "back, and without the data it held");
+    let _: () = conn.set(&lost, 11).await.unwrap();
+    assert_eq!(conn.get::<_, Option<i64>>(&lost).await.unwrap(), Some(11));
+    assert_eq!(conn.get::<_, Option<i64>>(&kept).await.unwrap(), Some(20));
+}

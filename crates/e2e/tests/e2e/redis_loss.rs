@@ -58,8 +58,14 @@ async fn outcome(
 /// the recovery ends, Redis, the ledger and the orders agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_losing_everything_with_requests_queued_loses_nothing() {
+    losing_everything_with_requests_queued(Options::default()).await;
+}
+
+/// The run above on a system started with `options` (the cluster tests: on a Redis Cluster,
+/// where the loss is that of the sale's node).
+pub(crate) async fn losing_everything_with_requests_queued(options: Options) {
     // Two replicas: one rebuilds, the other waits for it (503, retried) and follows.
-    let sys = Arc::new(spawn_system_with(Options { seckill_replicas: 2, ..Options::default() }));
+    let sys = Arc::new(spawn_system_with(Options { seckill_replicas: 2, ..options }));
     let stock = 40;
     let g = sale(&sys, stock).await;
     let first: Vec<i64> = (1_001..=1_030).collect();
