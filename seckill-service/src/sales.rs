@@ -55,6 +55,13 @@ impl Sale {
         self.sold_out_until_ms.fetch_max(until, Ordering::Relaxed) == 0
     }
 
+    /// The flag was raised and has lapsed since (nobody clicked to raise it again): whether the
+    /// sale is still sold out is for Redis to say.
+    pub fn sold_out_lapsed(&self, now_ms: i64) -> bool {
+        let until = self.sold_out_until_ms.load(Ordering::Relaxed);
+        until != 0 && now_ms >= until
+    }
+
     pub fn clear_sold_out(&self) {
         self.sold_out_until_ms.store(0, Ordering::Relaxed);
     }

@@ -1,6 +1,9 @@
 //! `GET /api/seckill/{goods_id}/state`: a sale's window, sold-out flag and clock, from memory.
 
+use std::time::Duration;
+
 use chrono::Utc;
+use redis::AsyncCommands;
 use reqwest::Method;
 use seckill_common::api::SaleState;
 use seckill_common::trust::Peer;
@@ -63,4 +66,37 @@ async fn a_known_sale_is_answered_without_stock_service_and_an_unknown_one_is_40
     let ((status, body), _) = sale_state(&http, &base, &goods.id.to_string()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["goods_id"], goods.id.get());
+}
+
+/// Sold out, then nobody clicks: the flag lapses (`sold_out_recheck_ms`), and the page opened
+/// then is still told sold out (one read of the Redis stock raises the flag again), not shown a
+/// live buy button; once a unit is back, it is told so at the next lapse.
+#[tokio::test]
+async fn a_quiet_sold_out_sale_stays_sold_out_on_its_page_until_a_unit_comes_back() {
+    const RECHECK_MS: u64 = 300;
+    let app = spawn_app_with(|s| s.seckill.sold_out_recheck_ms = RECHECK_MS);
+    let goods = app.open_sale(1).await;
+    let base = app.service.url();
+    let sold_out = |app: &TestApp| {
+        let (http, base, g) = (app.http.clone(), base.clone(), goods.id.to_string());
+        async move {
+            let ((status, body), _) = sale_state(&http, &base, &g).await;
+            assert_eq!(status, 200, "{body}");
+            body["sold_out"].as_bool().unwrap()
+        }
+    };
+    assert_eq!(app.buy(80, goods.id).await.0, 202);
+    assert_eq!(app.buy(81, goods.id).await.0, 410);
+    assert!(sold_out(&app).await);
+
+    let lapse = Duration::from_millis(RECHECK_MS * 2);
+    tokio::time::sleep(lapse).await;
+    assert!(sold_out(&app).await, "the flag lapsed with nobody clicking: still sold out");
+    assert_eq!(app.redis_stock(goods.id).await, Some(0));
+
+    // A unit comes back (an order expired or was cancelled) and its broadcast was missed.
+    let mut redis = app.redis().await;
+    let _: () = redis.set(app.redis_keys.stock(goods.id), 1).await.unwrap();
+    tokio::time::sleep(lapse).await;
+    assert!(!sold_out(&app).await, "a unit is back: the page offers it");
 }
