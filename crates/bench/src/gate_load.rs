@@ -90,27 +90,6 @@ async fn node_counters(url: &str) -> anyhow::Result<(f64, u64)> {
     Ok((seconds, calls))
 }
 
-/// Deletes the run's keys on one node, one DEL each (keys of different slots never share one).
-async fn delete_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
-    let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-    let keys: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> = conn.scan_match(pattern).await?;
-        let mut keys = Vec::new();
-        while let Some(k) = iter.next_item().await {
-            keys.push(k?);
-        }
-        keys
-    };
-    for chunk in keys.chunks(1_000) {
-        let mut pipe = redis::pipe();
-        chunk.iter().for_each(|k| {
-            pipe.del(k).ignore();
-        });
-        pipe.query_async::<()>(&mut conn).await?;
-    }
-    Ok(())
-}
-
 pub async fn run(a: &GateArgs) -> anyhow::Result<GateReport> {
     anyhow::ensure!(a.buckets >= 1, "--buckets must be at least 1");
     let nodes = seckill_common::config::split_urls(&a.redis);
@@ -125,7 +104,9 @@ pub async fn run(a: &GateArgs) -> anyhow::Result<GateReport> {
     let keys = RedisKeys::new(a.prefix.clone());
     let g = GoodsId::new(1).expect("a goods id");
     for node in &nodes {
-        delete_keys(node, &format!("{}*", a.prefix)).await.with_context(|| format!("clean {node}"))?;
+        seckill_infra::redis::delete_matching(node, &format!("{}*", a.prefix))
+            .await
+            .with_context(|| format!("clean {node}"))?;
     }
     let mut conn = redis.clone();
     for b in 0..a.buckets {
@@ -193,7 +174,9 @@ pub async fn run(a: &GateArgs) -> anyhow::Result<GateReport> {
         node_calls += calls1.saturating_sub(calls0);
     }
     for node in &nodes {
-        delete_keys(node, &format!("{}*", a.prefix)).await.with_context(|| format!("clean {node}"))?;
+        seckill_infra::redis::delete_matching(node, &format!("{}*", a.prefix))
+            .await
+            .with_context(|| format!("clean {node}"))?;
     }
     let calls = latency.len();
     Ok(GateReport {

@@ -32,9 +32,21 @@ impl SaleBucket {
         Self { goods, bucket }
     }
 
-    /// The hash tag's content.
-    fn tag(self) -> String {
-        if self.bucket == 0 { self.goods.to_string() } else { format!("{}:b{}", self.goods, self.bucket) }
+    /// The hash tag's content, written straight into the key (no string of its own: the key
+    /// names are built on every click).
+    fn tag(self) -> BucketTag {
+        BucketTag(self)
+    }
+}
+
+struct BucketTag(SaleBucket);
+
+impl std::fmt::Display for BucketTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.bucket {
+            0 => write!(f, "{}", self.0.goods),
+            b => write!(f, "{}:b{b}", self.0.goods),
+        }
     }
 }
 
@@ -63,37 +75,37 @@ impl RedisKeys {
 
     /// Units left to reserve (an integer).
     pub fn stock(&self, g: GoodsId) -> String {
-        format!("{}seckill:{{{g}}}:stock", self.prefix)
+        self.bucket_stock(SaleBucket::new(g, 0))
     }
 
     /// Hash of the users holding a reservation: user id -> the request id that holds it, bare
     /// while only reserved, `c:<id>` once the order consumer has claimed it, `o:<id>` once it is
     /// an order.
     pub fn users(&self, g: GoodsId) -> String {
-        format!("{}seckill:{{{g}}}:users", self.prefix)
+        self.bucket_users(SaleBucket::new(g, 0))
     }
 
     /// Sorted set of reservations not yet confirmed by the broker, scored by reservation time
     /// in milliseconds: what the reconciler looks at.
     pub fn pending(&self, g: GoodsId) -> String {
-        format!("{}seckill:{{{g}}}:pending", self.prefix)
+        self.bucket_pending(SaleBucket::new(g, 0))
     }
 
     /// A user's result: `queued`, `success:<order id>` or `failed`.
     pub fn result(&self, g: GoodsId, u: UserId) -> String {
-        format!("{}seckill:{{{g}}}:result:{u}", self.prefix)
+        self.bucket_result(SaleBucket::new(g, 0), u)
     }
 
     /// A user's path token for one sale.
     pub fn token(&self, g: GoodsId, u: UserId) -> String {
-        format!("{}seckill:{{{g}}}:token:{u}", self.prefix)
+        self.bucket_token(SaleBucket::new(g, 0), u)
     }
 
     /// The sale's epoch: a new value each time its data is loaded into Redis, carried by each
     /// reservation's message, so the order consumer can tell a reservation given back (same
     /// epoch) from one Redis lost (the epoch changed or is gone). See `scripts::Epoch`.
     pub fn epoch(&self, g: GoodsId) -> String {
-        format!("{}seckill:{{{g}}}:epoch", self.prefix)
+        self.bucket_epoch(SaleBucket::new(g, 0))
     }
 
     /// Present while the sale recovers from a loss of its Redis data: the units held back for
@@ -108,8 +120,8 @@ impl RedisKeys {
         format!("{}seckill:{{{g}}}:rebuilding", self.prefix)
     }
 
-    /// The stock of bucket `b` of a sale split into buckets (see [`SaleBucket`]); bucket 0's
-    /// is [`RedisKeys::stock`].
+    /// The stock of one bucket of a sale (see [`SaleBucket`]); a sale's own keys above are
+    /// those of its bucket 0.
     pub fn bucket_stock(&self, at: SaleBucket) -> String {
         format!("{}seckill:{{{}}}:stock", self.prefix, at.tag())
     }

@@ -146,6 +146,30 @@ pub async fn pipelined<T, S: Hash + Eq, R: FromRedisValue>(
     Ok(out.into_iter().map(redis::from_redis_value).collect::<Result<_, _>>()?)
 }
 
+/// Deletes the keys matching `pattern` on one server (a cluster node: those of its slots), one
+/// DEL each, so keys of different slots never share a command. For tools and tests cleaning
+/// up their own prefix; never on a request's path.
+pub async fn delete_matching(node_url: &str, pattern: &str) -> redis::RedisResult<usize> {
+    use redis::AsyncCommands;
+    let mut conn = Client::open(node_url)?.get_multiplexed_async_connection().await?;
+    let keys: Vec<String> = {
+        let mut iter: redis::AsyncIter<String> = conn.scan_match(pattern).await?;
+        let mut keys = Vec::new();
+        while let Some(k) = iter.next_item().await {
+            keys.push(k?);
+        }
+        keys
+    };
+    for chunk in keys.chunks(1_000) {
+        let mut pipe = redis::pipe();
+        chunk.iter().for_each(|k| {
+            pipe.del(k).ignore();
+        });
+        pipe.query_async::<()>(&mut conn).await?;
+    }
+    Ok(keys.len())
+}
+
 /// `/readyz` check.
 pub async fn ping(redis: &Redis) -> Result<(), String> {
     let mut conn = redis.clone();

@@ -139,35 +139,11 @@ impl Drop for TestNames {
         let nodes = std::mem::take(&mut self.redis_nodes);
         block_on_own_thread(async move {
             for node in &nodes {
-                let _ = delete_redis_keys(node, &pattern).await;
+                let _ = seckill_infra::redis::delete_matching(node, &pattern).await;
             }
             let _ = delete_amqp(&queues, &exchanges).await;
         });
     }
-}
-
-/// Deletes the keys matching `pattern` on one server (a cluster node: those of its slots),
-/// one DEL each, so keys of different slots never share a command.
-async fn delete_redis_keys(node: &str, pattern: &str) -> anyhow::Result<()> {
-    use ::redis;
-    let client = redis::Client::open(node)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let keys: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> = redis::AsyncCommands::scan_match(&mut conn, pattern).await?;
-        let mut keys = Vec::new();
-        while let Some(k) = iter.next_item().await {
-            keys.push(k?);
-        }
-        keys
-    };
-    for chunk in keys.chunks(500) {
-        let mut pipe = redis::pipe();
-        for key in chunk {
-            pipe.del(key).ignore();
-        }
-        pipe.query_async::<()>(&mut conn).await?;
-    }
-    Ok(())
 }
 
 async fn delete_amqp(queues: &[String], exchanges: &[String]) -> anyhow::Result<()> {
