@@ -116,21 +116,22 @@ pub async fn pipelined<T, S: Hash + Eq, R: FromRedisValue>(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let mut groups: Vec<(Pipeline, Vec<usize>)> = Vec::new();
-    if redis.is_cluster() {
-        let mut by_slot: HashMap<S, usize> = HashMap::new();
-        for (i, item) in items.iter().enumerate() {
-            let g = *by_slot.entry(slot_of(item)).or_insert_with(|| {
-                groups.push((redis::pipe(), Vec::new()));
-                groups.len() - 1
-            });
-            add(&mut groups[g].0, item);
-            groups[g].1.push(i);
-        }
-    } else {
+    if !redis.is_cluster() {
+        // One server: the one pipeline, its replies as they come.
         let mut pipe = redis::pipe();
         items.iter().for_each(|item| add(&mut pipe, item));
-        groups.push((pipe, (0..items.len()).collect()));
+        return pipe.query_async(&mut redis.clone()).await;
+    }
+    // A cluster: one pipeline per slot, each remembering which items it carries.
+    let mut groups: Vec<(Pipeline, Vec<usize>)> = Vec::new();
+    let mut by_slot: HashMap<S, usize> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let g = *by_slot.entry(slot_of(item)).or_insert_with(|| {
+            groups.push((redis::pipe(), Vec::new()));
+            groups.len() - 1
+        });
+        add(&mut groups[g].0, item);
+        groups[g].1.push(i);
     }
     let replies = try_join_all(groups.iter().map(|(pipe, _)| {
         let mut conn = redis.clone();
