@@ -7,9 +7,11 @@
 #
 #   scripts/faults.sh                every case (about 5 minutes after the build); writes
 #                                    docs/RELIABILITY.md
-#   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; Redis FLUSHALL +
-#                                    CLIENT KILL with requests queued; two replicas of every
-#                                    service with one of seckill- and order-service killed),
+#   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; kill -9 of
+#                                    seckill-service on a sale split over 8 stock buckets;
+#                                    Redis FLUSHALL + CLIENT KILL with requests queued; two
+#                                    replicas of every service with one of seckill- and
+#                                    order-service killed),
 #                                    small sales; writes nothing
 #   scripts/faults.sh CASE...        the named cases (`seckill-bench faults --list` names them)
 #   scripts/faults.sh server KIND ACTION

@@ -717,6 +717,7 @@ mod tests {
             stock_available: 37,
             start_at: now - chrono::Duration::minutes(1),
             end_at: now + chrono::Duration::hours(1),
+            buckets: 1,
         }
     }
 

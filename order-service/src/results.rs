@@ -1,9 +1,9 @@
 //! The order consumer's side of Redis: claiming reservations and telling buyers how their
-//! request ended. Batches go in one pipeline each (one per sale on a cluster).
+//! request ended, in the stock bucket each request names. Batches go in one pipeline each
+//! (one per bucket of a sale on a cluster).
 
-use seckill_common::GoodsId;
 use seckill_common::amqp::OrderRequest;
-use seckill_common::keys::RedisKeys;
+use seckill_common::keys::{RedisKeys, SaleBucket};
 use seckill_common::scripts;
 use seckill_infra::redis::{Redis, RedisUse, Scripts, is_noscript, pipelined};
 
@@ -46,13 +46,13 @@ impl ResultStore {
         self.scripts.load(&self.redis).await
     }
 
-    /// Runs one script call per item, pipelined (on a cluster, one pipeline per sale: see
+    /// Runs one script call per item, pipelined (on a cluster, one pipeline per bucket of a sale: see
     /// [`pipelined`]); if Redis lost the scripts (a restart), loads them and runs it once more.
     /// Safe to repeat: every script here is idempotent. The replies, in the items' order.
     async fn run<T, R: redis::FromRedisValue>(
         &self,
         items: &[T],
-        sale: impl Fn(&T) -> GoodsId,
+        sale: impl Fn(&T) -> SaleBucket,
         call: impl Fn(&mut redis::Pipeline, &T),
     ) -> anyhow::Result<Vec<R>> {
         match pipelined(&self.redis, items, &sale, &call).await {
@@ -72,14 +72,14 @@ impl ResultStore {
         let claimed: Vec<i64> = self
             .run(
                 requests,
-                |r| r.goods_id,
+                |r| r.sale_bucket(),
                 |pipe, r| {
                     let mut inv = self.scripts.claim.prepare_invoke();
-                    inv.key(self.keys.users(r.goods_id))
-                        .key(self.keys.pending(r.goods_id))
-                        .key(self.keys.epoch(r.goods_id))
-                        .key(self.keys.stock(r.goods_id))
-                        .key(self.keys.holdback(r.goods_id))
+                    inv.key(self.keys.bucket_users(r.sale_bucket()))
+                        .key(self.keys.bucket_pending(r.sale_bucket()))
+                        .key(self.keys.bucket_epoch(r.sale_bucket()))
+                        .key(self.keys.bucket_stock(r.sale_bucket()))
+                        .key(self.keys.bucket_holdback(r.sale_bucket()))
                         .arg(r.user_id.get())
                         .arg(r.request_id.to_string())
                         .arg(r.epoch.map(|e| e.to_string()).unwrap_or_default());
@@ -104,8 +104,8 @@ impl ResultStore {
             done,
             |(r, _)| r,
             |inv, (r, order_id)| {
-                inv.key(self.keys.users(r.goods_id))
-                    .key(self.keys.result(r.goods_id, r.user_id))
+                inv.key(self.keys.bucket_users(r.sale_bucket()))
+                    .key(self.keys.bucket_result(r.sale_bucket(), r.user_id))
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
                     .arg(order_id);
@@ -123,9 +123,9 @@ impl ResultStore {
             superseded,
             |(r, _, _)| r,
             |inv, (r, holder, order_id)| {
-                inv.key(self.keys.stock(r.goods_id))
-                    .key(self.keys.users(r.goods_id))
-                    .key(self.keys.result(r.goods_id, r.user_id))
+                inv.key(self.keys.bucket_stock(r.sale_bucket()))
+                    .key(self.keys.bucket_users(r.sale_bucket()))
+                    .key(self.keys.bucket_result(r.sale_bucket(), r.user_id))
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
                     .arg(holder.to_string())
@@ -143,9 +143,9 @@ impl ResultStore {
             failed,
             |(r, _)| r,
             |inv, (r, give_back)| {
-                inv.key(self.keys.stock(r.goods_id))
-                    .key(self.keys.users(r.goods_id))
-                    .key(self.keys.result(r.goods_id, r.user_id))
+                inv.key(self.keys.bucket_stock(r.sale_bucket()))
+                    .key(self.keys.bucket_users(r.sale_bucket()))
+                    .key(self.keys.bucket_result(r.sale_bucket(), r.user_id))
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
                     .arg(if *give_back { "1" } else { "0" });
@@ -165,7 +165,7 @@ impl ResultStore {
     ) -> anyhow::Result<()> {
         self.run::<T, redis::Value>(
             items,
-            |item| request(item).goods_id,
+            |item| request(item).sale_bucket(),
             |pipe, item| {
                 let mut inv = script.prepare_invoke();
                 call(&mut inv, item);

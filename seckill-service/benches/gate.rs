@@ -13,7 +13,7 @@ use seckill_common::amqp::AmqpNames;
 use seckill_common::amqp::OrderRequest;
 use seckill_common::config::AmqpSettings;
 use seckill_common::config::RedisSettings;
-use seckill_common::keys::RedisKeys;
+use seckill_common::keys::{RedisKeys, SaleBucket};
 use seckill_common::scripts::Epoch;
 use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, UserId};
@@ -32,7 +32,7 @@ fn gate_call(c: &mut Criterion) {
     let settings = RedisSettings { url: seckill_testkit::redis_url(), ..RedisSettings::default() };
     let redis = runtime.block_on(async { seckill_infra::redis::connect(&settings) }).unwrap();
     let gate = Gate::new(redis, RedisKeys::new(names.redis_prefix.clone()));
-    let g = GoodsId::new(1).unwrap();
+    let g = SaleBucket::new(GoodsId::new(1).unwrap(), 0);
     let ready = runtime.block_on(async {
         gate.load_scripts().await?;
         gate.load(g, i64::MAX / 2, Epoch::new(1_764_400_000_000), None).await?;

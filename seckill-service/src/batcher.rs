@@ -149,7 +149,7 @@ impl Sink {
             Ok(()) => {
                 for w in batch {
                     let r = w.request;
-                    self.confirmations.push(r.goods_id, r.user_id, r.request_id);
+                    self.confirmations.push(r.sale_bucket(), r.user_id, r.request_id);
                     // The buyer may have hung up: their request stands all the same.
                     let _ = w.answer.send(Enqueued::Accepted);
                 }
@@ -169,7 +169,7 @@ impl Sink {
     /// The request's message may not be in the broker: its reservation is given back, unless
     /// the order consumer claimed it already (then the broker has it, and it stands).
     async fn give_back(&self, r: OrderRequest, why: &str) -> Enqueued {
-        match self.gate.undo(r.goods_id, r.user_id, r.request_id, None).await {
+        match self.gate.undo(r.sale_bucket(), r.user_id, r.request_id, None).await {
             Ok(true) => {
                 tracing::error!(error = why, request_id = %r.request_id, "enqueue failed: reservation given back");
                 Enqueued::Refused

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use actix_web::web;
 use lapin::BasicProperties;
 use seckill_common::amqp::{Broadcast, BroadcastKind, Release, decode, decode_releases, distinct_releases};
+use seckill_common::keys::SaleBucket;
 use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::consumer::Inbox;
@@ -100,16 +101,24 @@ pub async fn handle_restocks(state: web::Data<AppState>, inbox: Inbox) -> anyhow
     Ok(())
 }
 
-/// Restores `releases` in Redis, sale by sale; a sale that got units back is announced once.
+/// Restores `releases` in Redis, sale by sale (each unit to the bucket that serves its buyer,
+/// where the reservation is); a sale that got units back is announced once.
 async fn restock(state: &AppState, releases: &[Release]) -> anyhow::Result<()> {
     let mut by_sale: BTreeMap<GoodsId, Vec<(UserId, Uuid)>> = BTreeMap::new();
     for r in releases {
         by_sale.entry(r.goods_id).or_default().push((r.user_id, r.order_key));
     }
     for (g, released) in by_sale {
+        let sale = state.sales.get(g).await.map_err(|e| anyhow::anyhow!("sale {g}: {e}"))?;
+        let mut by_bucket: BTreeMap<SaleBucket, Vec<(UserId, Uuid)>> = BTreeMap::new();
+        for (u, key) in released.iter().copied() {
+            by_bucket.entry(sale.bucket_of(u)).or_default().push((u, key));
+        }
         let mut restored = 0;
-        for chunk in released.chunks(RESTORE_CHUNK) {
-            restored += state.gate.restore(g, chunk).await?;
+        for (at, released) in &by_bucket {
+            for chunk in released.chunks(RESTORE_CHUNK) {
+                restored += state.gate.restore(*at, chunk).await?;
+            }
         }
         tracing::debug!(goods_id = %g, releases = released.len(), restored, "restocks applied");
         if restored == 0 {

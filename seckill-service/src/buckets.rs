@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use seckill_common::keys::{RedisKeys, SaleBucket};
+use seckill_common::scripts;
 use seckill_infra::redis::{Redis, Scripts};
 use uuid::Uuid;
 
@@ -28,6 +29,8 @@ pub enum Moved {
     Units(i64),
     /// The giving bucket is empty.
     Empty,
+    /// The giving bucket is empty, and units it gave are on their way to another bucket.
+    Sending,
     /// The giving bucket is not loaded (Redis lost it, or it was never loaded).
     NotLoaded,
 }
@@ -63,6 +66,7 @@ impl Transfers {
         match taken {
             -1 => Ok(Moved::NotLoaded),
             0 => Ok(Moved::Empty),
+            scripts::TRANSFER_EMPTY_SENDING => Ok(Moved::Sending),
             units => {
                 self.give_and_settle(from, to, &id, units).await?;
                 Ok(Moved::Units(units))

@@ -9,14 +9,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seckill_common::{GoodsId, UserId};
+use seckill_common::UserId;
+use seckill_common::keys::SaleBucket;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::gate::Gate;
 
-type Confirmed = (GoodsId, UserId, Uuid);
+type Confirmed = (SaleBucket, UserId, Uuid);
 
 /// Most entries cleared in one pipeline.
 const BATCH: usize = 1_000;
@@ -37,8 +38,8 @@ impl Confirmations {
     }
 
     /// Never waits: with the queue full the entry is left to the consumer's claim.
-    pub fn push(&self, g: GoodsId, u: UserId, request_id: Uuid) {
-        if self.tx.try_send((g, u, request_id)).is_err() {
+    pub fn push(&self, at: SaleBucket, u: UserId, request_id: Uuid) {
+        if self.tx.try_send((at, u, request_id)).is_err() {
             metrics::counter!("seckill_confirmations_dropped_total").increment(1);
         }
     }

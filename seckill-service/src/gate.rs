@@ -4,7 +4,7 @@
 
 use redis::AsyncCommands;
 use seckill_common::api::ActiveOrder;
-use seckill_common::keys::RedisKeys;
+use seckill_common::keys::{RedisKeys, SaleBucket};
 use seckill_common::scripts::{self, Epoch, StoredResult};
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::redis::{Redis, RedisUse, Scripts, pipelined};
@@ -36,7 +36,7 @@ pub enum Reserve {
     NotLoaded,
 }
 
-/// A sale's Redis data at one instant (see `scripts::SNAPSHOT`).
+/// One bucket's Redis data at one instant (see `scripts::SNAPSHOT`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub stock: Option<i64>,
@@ -45,6 +45,8 @@ pub struct Snapshot {
     /// Reservations that are orders.
     pub ordered: i64,
     pub pending: i64,
+    /// Units this bucket gave to another and nobody has settled (`buckets`).
+    pub in_transit: i64,
     /// The requests holding a reservation that is not an order yet.
     pub in_flight: Vec<Uuid>,
 }
@@ -96,12 +98,13 @@ impl Gate {
         self.redis.clone()
     }
 
-    /// Loads a sale into Redis unless its stock is there already: a sale under way keeps its
-    /// count across restarts of this service. `holdback` is Some while the sale recovers from
-    /// a loss of its Redis data (see `restore`). Returns true if this call loaded it.
+    /// Loads a bucket of a sale into Redis unless its stock is there already: a sale under way
+    /// keeps its count across restarts of this service. `holdback` is Some while the sale
+    /// recovers from a loss of its Redis data (see `restore`). Returns true if this call
+    /// loaded it.
     pub async fn load(
         &self,
-        g: GoodsId,
+        at: SaleBucket,
         stock: i64,
         epoch: Epoch,
         holdback: Option<i64>,
@@ -110,9 +113,9 @@ impl Gate {
         let loaded: i64 = self
             .scripts
             .load
-            .key(self.keys.stock(g))
-            .key(self.keys.epoch(g))
-            .key(self.keys.holdback(g))
+            .key(self.keys.bucket_stock(at))
+            .key(self.keys.bucket_epoch(at))
+            .key(self.keys.bucket_holdback(at))
             .arg(stock)
             .arg(epoch.to_string())
             .arg(holdback.map(|h| h.to_string()).unwrap_or_default())
@@ -121,9 +124,10 @@ impl Gate {
         Ok(loaded == 1)
     }
 
+    /// Reserves a unit for `u` in the bucket that serves them.
     pub async fn reserve(
         &self,
-        g: GoodsId,
+        at: SaleBucket,
         u: UserId,
         request_id: Uuid,
         now_ms: i64,
@@ -133,12 +137,12 @@ impl Gate {
         let (code, epoch): (i64, Option<String>) = self
             .scripts
             .reserve
-            .key(self.keys.stock(g))
-            .key(self.keys.users(g))
-            .key(self.keys.pending(g))
-            .key(self.keys.result(g, u))
-            .key(self.keys.token(g, u))
-            .key(self.keys.epoch(g))
+            .key(self.keys.bucket_stock(at))
+            .key(self.keys.bucket_users(at))
+            .key(self.keys.bucket_pending(at))
+            .key(self.keys.bucket_result(at, u))
+            .key(self.keys.bucket_token(at, u))
+            .key(self.keys.bucket_epoch(at))
             .arg(u.get())
             .arg(request_id.to_string())
             .arg(now_ms)
@@ -159,7 +163,7 @@ impl Gate {
     /// (None: no result, as if they never asked). False when the order consumer claimed it.
     pub async fn undo(
         &self,
-        g: GoodsId,
+        at: SaleBucket,
         u: UserId,
         request_id: Uuid,
         leave: Option<StoredResult>,
@@ -168,10 +172,10 @@ impl Gate {
         let undone: i64 = self
             .scripts
             .undo
-            .key(self.keys.stock(g))
-            .key(self.keys.users(g))
-            .key(self.keys.pending(g))
-            .key(self.keys.result(g, u))
+            .key(self.keys.bucket_stock(at))
+            .key(self.keys.bucket_users(at))
+            .key(self.keys.bucket_pending(at))
+            .key(self.keys.bucket_result(at, u))
             .arg(u.get())
             .arg(request_id.to_string())
             .arg(leave.map(StoredResult::encode).unwrap_or_default())
@@ -181,16 +185,17 @@ impl Gate {
     }
 
     /// Orders' units came back at the authority: back into the Redis stock, and their buyers
-    /// may try again. One script call for many (user, request id) pairs of one sale. Returns
-    /// how many were restored now (the rest: restored by an earlier copy, or not held).
-    pub async fn restore(&self, g: GoodsId, released: &[(UserId, Uuid)]) -> Result<usize, GateError> {
+    /// may try again. One script call for many (user, request id) pairs of one bucket (the
+    /// bucket that serves those users). Returns how many were restored now (the rest: restored
+    /// by an earlier copy, or not held).
+    pub async fn restore(&self, at: SaleBucket, released: &[(UserId, Uuid)]) -> Result<usize, GateError> {
         if released.is_empty() {
             return Ok(0);
         }
-        let mut call = self.scripts.restore.key(self.keys.stock(g));
-        call.key(self.keys.users(g));
+        let mut call = self.scripts.restore.key(self.keys.bucket_stock(at));
+        call.key(self.keys.bucket_users(at));
         for (u, request_id) in released {
-            call.key(self.keys.result(g, *u)).arg(u.get()).arg(request_id.to_string());
+            call.key(self.keys.bucket_result(at, *u)).arg(u.get()).arg(request_id.to_string());
         }
         let mut conn = self.conn();
         let restored: i64 = call.invoke_async(&mut conn).await?;
@@ -199,16 +204,16 @@ impl Gate {
 
     /// The broker confirmed these requests' messages: the reconciler need not look at them.
     /// One pipeline for many (see `confirmations`).
-    pub async fn confirmed(&self, requests: &[(GoodsId, UserId, Uuid)]) -> Result<(), GateError> {
+    pub async fn confirmed(&self, requests: &[(SaleBucket, UserId, Uuid)]) -> Result<(), GateError> {
         if requests.is_empty() {
             return Ok(());
         }
         pipelined::<_, _, redis::Value>(
             &self.redis,
             requests,
-            |(g, _, _)| *g,
-            |pipe, (g, u, request_id)| {
-                pipe.zrem(self.keys.pending(*g), format!("{u}:{request_id}"));
+            |(at, _, _)| *at,
+            |pipe, (at, u, request_id)| {
+                pipe.zrem(self.keys.bucket_pending(*at), format!("{u}:{request_id}"));
             },
         )
         .await?;
@@ -216,10 +221,14 @@ impl Gate {
     }
 
     /// Reservations older than `before_ms` that the broker never confirmed.
-    pub async fn unconfirmed(&self, g: GoodsId, before_ms: i64) -> Result<Vec<(UserId, Uuid)>, GateError> {
+    pub async fn unconfirmed(
+        &self,
+        at: SaleBucket,
+        before_ms: i64,
+    ) -> Result<Vec<(UserId, Uuid)>, GateError> {
         let mut conn = self.conn();
         let members: Vec<String> =
-            conn.zrangebyscore_limit(self.keys.pending(g), "-inf", before_ms, 0, 500).await?;
+            conn.zrangebyscore_limit(self.keys.bucket_pending(at), "-inf", before_ms, 0, 500).await?;
         Ok(members
             .iter()
             .filter_map(|m| {
@@ -231,32 +240,53 @@ impl Gate {
 
     /// Writes what the order authority says back into Redis: each active order's buyer holds a
     /// reservation that is that order (unless they hold one already: a request in flight
-    /// settles on its own), and their result names it. Pipelines of a thousand.
-    pub async fn restore_orders(&self, g: GoodsId, orders: &[ActiveOrder]) -> Result<(), GateError> {
-        let mut conn = self.conn();
+    /// settles on its own), and their result names it, in the bucket that serves the buyer
+    /// (`bucket_of`). Pipelines of a thousand (on a cluster, one per bucket at once).
+    pub async fn restore_orders(
+        &self,
+        orders: &[ActiveOrder],
+        bucket_of: impl Fn(UserId) -> SaleBucket,
+    ) -> Result<(), GateError> {
         for chunk in orders.chunks(1_000) {
-            let mut pipe = redis::pipe();
-            for o in chunk {
-                pipe.hset_nx(self.keys.users(g), o.user_id.get(), format!("o:{}", o.request_id)).ignore();
-                pipe.set(self.keys.result(g, o.user_id), StoredResult::Success(o.order_id.get()).encode())
-                    .ignore();
-            }
-            pipe.query_async::<()>(&mut conn).await?;
+            let placed: Vec<(SaleBucket, &ActiveOrder)> =
+                chunk.iter().map(|o| (bucket_of(o.user_id), o)).collect();
+            pipelined::<_, _, redis::Value>(
+                &self.redis,
+                &placed,
+                |(at, _)| *at,
+                |pipe, (at, o)| {
+                    pipe.hset_nx(self.keys.bucket_users(*at), o.user_id.get(), format!("o:{}", o.request_id));
+                },
+            )
+            .await?;
+            pipelined::<_, _, redis::Value>(
+                &self.redis,
+                &placed,
+                |(at, _)| *at,
+                |pipe, (at, o)| {
+                    pipe.set(
+                        self.keys.bucket_result(*at, o.user_id),
+                        StoredResult::Success(o.order_id.get()).encode(),
+                    );
+                },
+            )
+            .await?;
         }
         Ok(())
     }
 
-    /// A consistent look at the sale's Redis data (see `scripts::SNAPSHOT`).
-    pub async fn snapshot(&self, g: GoodsId) -> Result<Snapshot, GateError> {
+    /// A consistent look at one bucket's Redis data (see `scripts::SNAPSHOT`).
+    pub async fn snapshot(&self, at: SaleBucket) -> Result<Snapshot, GateError> {
         let mut conn = self.conn();
         let raw: Vec<Option<String>> = self
             .scripts
             .snapshot
-            .key(self.keys.stock(g))
-            .key(self.keys.users(g))
-            .key(self.keys.pending(g))
-            .key(self.keys.epoch(g))
-            .key(self.keys.holdback(g))
+            .key(self.keys.bucket_stock(at))
+            .key(self.keys.bucket_users(at))
+            .key(self.keys.bucket_pending(at))
+            .key(self.keys.bucket_epoch(at))
+            .key(self.keys.bucket_holdback(at))
+            .key(self.keys.transfers_out(at))
             .invoke_async(&mut conn)
             .await?;
         let int = |i: usize| raw.get(i).cloned().flatten().and_then(|v| v.parse::<i64>().ok());
@@ -266,7 +296,8 @@ impl Gate {
             holdback: int(2),
             ordered: int(3).unwrap_or_default(),
             pending: int(4).unwrap_or_default(),
-            in_flight: raw.iter().skip(5).flatten().filter_map(|id| id.parse().ok()).collect(),
+            in_transit: int(5).unwrap_or_default(),
+            in_flight: raw.iter().skip(6).flatten().filter_map(|id| id.parse().ok()).collect(),
         })
     }
 
@@ -274,7 +305,7 @@ impl Gate {
     /// `end_recovery` also drops the held-back units. The new stock, or None if unchanged.
     pub async fn adjust(
         &self,
-        g: GoodsId,
+        at: SaleBucket,
         epoch: Epoch,
         delta: i64,
         end_recovery: bool,
@@ -283,9 +314,9 @@ impl Gate {
         Ok(self
             .scripts
             .adjust
-            .key(self.keys.stock(g))
-            .key(self.keys.epoch(g))
-            .key(self.keys.holdback(g))
+            .key(self.keys.bucket_stock(at))
+            .key(self.keys.bucket_epoch(at))
+            .key(self.keys.bucket_holdback(at))
             .arg(epoch.to_string())
             .arg(delta)
             .arg(if end_recovery { "1" } else { "0" })
@@ -318,7 +349,7 @@ impl Gate {
     /// `ttl_secs` when given.
     pub async fn set_result(
         &self,
-        g: GoodsId,
+        at: SaleBucket,
         u: UserId,
         result: StoredResult,
         ttl_secs: Option<u64>,
@@ -328,7 +359,7 @@ impl Gate {
             // NX: a reservation taken meanwhile wrote `queued`, which must stay.
             Some(ttl) => {
                 redis::cmd("SET")
-                    .arg(self.keys.result(g, u))
+                    .arg(self.keys.bucket_result(at, u))
                     .arg(result.encode())
                     .arg("NX")
                     .arg("EX")
@@ -336,52 +367,77 @@ impl Gate {
                     .query_async::<()>(&mut conn)
                     .await?
             }
-            None => conn.set::<_, _, ()>(self.keys.result(g, u), result.encode()).await?,
+            None => conn.set::<_, _, ()>(self.keys.bucket_result(at, u), result.encode()).await?,
         }
         Ok(())
     }
 
-    /// Whether the sale recovers from a loss of its Redis data (units held back), and whether
-    /// it is loaded. One round trip.
-    pub async fn recovering(&self, g: GoodsId) -> Result<(bool, bool), GateError> {
-        let mut conn = self.conn();
-        Ok(redis::pipe()
-            .exists(self.keys.holdback(g))
-            .exists(self.keys.stock(g))
-            .query_async(&mut conn)
-            .await?)
+    /// Whether the sale recovers from a loss of its Redis data (some bucket holds units back),
+    /// and whether every bucket is loaded. One round trip (one per bucket at once on a cluster).
+    pub async fn recovering(&self, buckets: &[SaleBucket]) -> Result<(bool, bool), GateError> {
+        // One EXISTS per key (`pipelined` answers one reply per item): holdback, stock, ...
+        let keys: Vec<(SaleBucket, String)> = buckets
+            .iter()
+            .flat_map(|at| [(*at, self.keys.bucket_holdback(*at)), (*at, self.keys.bucket_stock(*at))])
+            .collect();
+        let found: Vec<bool> = pipelined(
+            &self.redis,
+            &keys,
+            |(at, _)| *at,
+            |pipe, (_, key)| {
+                pipe.exists(key);
+            },
+        )
+        .await?;
+        let held = found.iter().step_by(2).any(|h| *h);
+        let loaded = found.iter().skip(1).step_by(2).all(|l| *l);
+        Ok((held, loaded))
     }
 
-    /// The sale's epoch, if it is loaded.
-    pub async fn epoch(&self, g: GoodsId) -> Result<Option<Epoch>, GateError> {
+    /// The bucket's epoch, if it is loaded.
+    pub async fn epoch(&self, at: SaleBucket) -> Result<Option<Epoch>, GateError> {
         let mut conn = self.conn();
-        let raw: Option<String> = conn.get(self.keys.epoch(g)).await?;
+        let raw: Option<String> = conn.get(self.keys.bucket_epoch(at)).await?;
         Ok(raw.as_deref().and_then(Epoch::parse))
     }
 
     /// The user's path token: the live one, or a new one valid for `ttl_secs`.
-    pub async fn path_token(&self, g: GoodsId, u: UserId, ttl_secs: u64) -> Result<String, GateError> {
+    pub async fn path_token(&self, at: SaleBucket, u: UserId, ttl_secs: u64) -> Result<String, GateError> {
         let fresh = Uuid::new_v4().simple().to_string();
         let mut conn = self.conn();
         Ok(self
             .scripts
             .path_token
-            .key(self.keys.token(g, u))
+            .key(self.keys.bucket_token(at, u))
             .arg(fresh)
             .arg(ttl_secs)
             .invoke_async(&mut conn)
             .await?)
     }
 
-    pub async fn result(&self, g: GoodsId, u: UserId) -> Result<Option<StoredResult>, GateError> {
+    pub async fn result(&self, at: SaleBucket, u: UserId) -> Result<Option<StoredResult>, GateError> {
         let mut conn = self.conn();
-        let raw: Option<String> = conn.get(self.keys.result(g, u)).await?;
+        let raw: Option<String> = conn.get(self.keys.bucket_result(at, u)).await?;
         Ok(raw.as_deref().and_then(StoredResult::parse))
     }
 
-    /// Units left in Redis, if the sale is loaded.
-    pub async fn stock(&self, g: GoodsId) -> Result<Option<i64>, GateError> {
+    /// Units left in one bucket, if it is loaded.
+    pub async fn stock(&self, at: SaleBucket) -> Result<Option<i64>, GateError> {
         let mut conn = self.conn();
-        Ok(conn.get(self.keys.stock(g)).await?)
+        Ok(conn.get(self.keys.bucket_stock(at)).await?)
+    }
+
+    /// Units left in each bucket (None: that bucket is not loaded). One round trip (one per
+    /// bucket at once on a cluster).
+    pub async fn stocks(&self, buckets: &[SaleBucket]) -> Result<Vec<Option<i64>>, GateError> {
+        Ok(pipelined(
+            &self.redis,
+            buckets,
+            |at| *at,
+            |pipe, at| {
+                pipe.get(self.keys.bucket_stock(*at));
+            },
+        )
+        .await?)
     }
 }

@@ -4,6 +4,8 @@
 //!   back: a pending entry older than a timeout is no proof that its message is gone (consumer
 //!   lag of minutes is normal in a spike), and the consumer is idempotent on the request id, so
 //!   a second copy is harmless while a lost one would leave a buyer told 202 with nothing;
+//! - a transfer of units between two buckets of a sale that its process left half done (it
+//!   died, or Redis failed, between the steps) is finished (`buckets::Transfers::finish_stale`);
 //! - an open sale missing in Redis is rebuilt, and a sale recovering from a loss of its Redis
 //!   data ends its recovery once the broker holds no request of the lost data
 //!   (`restore::look_after`);
@@ -13,16 +15,17 @@
 use std::time::{Duration, Instant};
 
 use actix_web::web;
-use seckill_common::amqp::OrderRequest;
+use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::SaleWindow;
+use seckill_common::keys::SaleBucket;
 use seckill_common::trust::Peer;
 use seckill_web::Ticker;
 use tokio_util::sync::CancellationToken;
 
 use crate::batcher::order_message;
-use crate::restore;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
+use crate::{broadcast, restore};
 
 pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
     // Both at least 1: refused at start otherwise.
@@ -36,13 +39,16 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
             last_audit = Instant::now();
         }
         for sale in state.sales.all() {
-            republish_unconfirmed(&state, &sale).await;
+            for at in sale.buckets() {
+                republish_unconfirmed(&state, at).await;
+            }
+            finish_transfers(&state, &sale).await;
             if let Err(e) = restore::look_after(&state, &sale).await {
                 tracing::warn!(error = %e, goods_id = %sale.id(), "recovery check failed; next tick tries again");
             }
             if audit_now
                 && sale.window_now() == SaleWindow::Open
-                && let Err(e) = restore::audit(&state, sale.id()).await
+                && let Err(e) = restore::audit(&state, &sale).await
             {
                 tracing::warn!(error = %e, goods_id = %sale.id(), "audit failed");
             }
@@ -50,25 +56,47 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
     }
 }
 
-async fn republish_unconfirmed(state: &AppState, sale: &Sale) {
+/// Transfers between the sale's buckets left unsettled for `seckill.reconcile_after_secs`.
+async fn finish_transfers(state: &AppState, sale: &Sale) {
+    if sale.goods.buckets <= 1 {
+        return;
+    }
+    let after = Duration::from_secs(state.settings.reconcile_after_secs);
+    let mut finished = 0;
+    for from in sale.buckets() {
+        match state.transfers.finish_stale(from, after).await {
+            Ok(n) => finished += n,
+            Err(e) => {
+                tracing::warn!(error = %e, goods_id = %from.goods, bucket = from.bucket, "reconciler cannot finish transfers; next tick tries again")
+            }
+        }
+    }
+    // Their units arrived where buyers may have been told sold out meanwhile.
+    if finished > 0 {
+        sale.clear_sold_out();
+        broadcast::announce(state, BroadcastKind::Restocked, sale.id()).await;
+    }
+}
+
+async fn republish_unconfirmed(state: &AppState, at: SaleBucket) {
     let after_ms =
         i64::try_from(state.settings.reconcile_after_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let g = sale.id();
-    let stale = match state.gate.unconfirmed(g, now_ms().saturating_sub(after_ms)).await {
+    let g = at.goods;
+    let stale = match state.gate.unconfirmed(at, now_ms().saturating_sub(after_ms)).await {
         Ok(stale) if stale.is_empty() => return,
         Ok(stale) => stale,
         Err(e) => return tracing::warn!(error = %e, goods_id = %g, "reconciler cannot read redis"),
     };
-    let epoch = match state.gate.epoch(g).await {
+    let epoch = match state.gate.epoch(at).await {
         Ok(epoch) => epoch,
         Err(e) => return tracing::warn!(error = %e, goods_id = %g, "reconciler cannot read redis"),
     };
     for (user, request_id) in stale {
-        let msg = OrderRequest::new(request_id, user, g, now_ms()).with_epoch(epoch);
+        let msg = OrderRequest::new(request_id, user, g, now_ms()).in_bucket(at).with_epoch(epoch);
         let Ok((body, properties)) = order_message(&[msg]) else { continue };
         match state.publisher.publish(Peer::Order, &state.names.orders_queue(), &body, properties).await {
             Ok(()) => {
-                if let Err(e) = state.gate.confirmed(&[(g, user, request_id)]).await {
+                if let Err(e) = state.gate.confirmed(&[(at, user, request_id)]).await {
                     tracing::warn!(error = %e, "pending entry not cleared; it is published again later");
                 }
                 metrics::counter!("seckill_reservations_republished_total").increment(1);

@@ -17,6 +17,7 @@
 //! - The buyers who hold an active order come from order-service, so a repeat click is told
 //!   REPEATED and every result agrees with the orders.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use actix_web::web;
@@ -24,11 +25,13 @@ use seckill_common::amqp::{BroadcastKind, MAX_BATCH_REQUESTS, retry_queue};
 use seckill_common::api::{
     AuthorityAudit, Goods, HeldResponse, QueueAudit, RedisAudit, SaleAudit, SaleRepair, SaleWindow,
 };
+use seckill_common::keys::SaleBucket;
 use seckill_common::scripts::Epoch;
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
 use crate::broadcast;
+use crate::gate::Snapshot;
 use crate::sales::{Sale, not_found, now_ms};
 use crate::state::AppState;
 
@@ -39,21 +42,37 @@ fn unavailable(dependency: &'static str) -> impl FnOnce(seckill_infra::upstream:
     move |e| ApiError::unavailable(dependency, e)
 }
 
-/// A sale created just now: nothing of it can be in flight, so its whole stock goes on sale.
+/// A sale created just now: nothing of it can be in flight, so its whole stock goes on sale,
+/// split over its buckets (the rest of the division to bucket 0), all of one epoch.
 pub async fn load_new(state: &AppState, goods: &Goods) -> Result<(), ApiError> {
-    state.gate.load(goods.id, goods.stock_available, Epoch::new(now_ms()), None).await?;
+    let epoch = Epoch::new(now_ms());
+    let buckets: Vec<SaleBucket> = SaleBucket::all(goods.id, goods.buckets).collect();
+    for (at, units) in buckets.iter().zip(split(goods.stock_available, buckets.len())) {
+        state.gate.load(*at, units, epoch, None).await?;
+    }
     Ok(())
 }
 
-/// Starts rebuilding a sale missing in Redis, unless that is under way (here or in another
-/// instance), and returns at once: the buyers are told to try again meanwhile.
-pub async fn start_rebuild(state: &web::Data<AppState>, g: GoodsId) -> Result<(), ApiError> {
+/// `units` over `parts` parts (at least one): as even as can be, the rest of the division to
+/// the first.
+fn split(units: i64, parts: usize) -> Vec<i64> {
+    let n = i64::try_from(parts.max(1)).unwrap_or(1);
+    let mut shares = vec![units / n; parts.max(1)];
+    shares[0] += units % n;
+    shares
+}
+
+/// Starts rebuilding a sale missing in Redis (some or all of its buckets), unless that is
+/// under way (here or in another instance), and returns at once: the buyers are told to try
+/// again meanwhile.
+pub async fn start_rebuild(state: &web::Data<AppState>, sale: &Arc<Sale>) -> Result<(), ApiError> {
+    let g = sale.id();
     if !state.gate.lock_rebuild(g, REBUILD_LOCK_MS).await? {
         return Ok(());
     }
-    let state = state.clone();
+    let (state, sale) = (state.clone(), sale.clone());
     tokio::spawn(async move {
-        if let Err(e) = rebuild_locked(&state, g).await {
+        if let Err(e) = rebuild_locked(&state, &sale).await {
             tracing::warn!(goods_id = %g, error = %e, "rebuild failed; the next buyer or the reconciler starts it again");
         }
         unlock(&state, g).await;
@@ -62,11 +81,12 @@ pub async fn start_rebuild(state: &web::Data<AppState>, g: GoodsId) -> Result<()
 }
 
 /// Rebuilds a sale missing in Redis and returns when it is done (at start, and for a repair).
-pub async fn rebuild(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
+pub async fn rebuild(state: &AppState, sale: &Sale) -> Result<(), ApiError> {
+    let g = sale.id();
     if !state.gate.lock_rebuild(g, REBUILD_LOCK_MS).await? {
         return Err(being_restored());
     }
-    let rebuilt = rebuild_locked(state, g).await;
+    let rebuilt = rebuild_locked(state, sale).await;
     unlock(state, g).await;
     rebuilt
 }
@@ -81,31 +101,53 @@ async fn unlock(state: &AppState, g: GoodsId) {
     }
 }
 
-async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
-    if state.gate.stock(g).await?.is_some() {
+/// Loads the buckets of the sale that Redis lost (on a cluster, a node may lose some of them
+/// and keep the others). The lost buckets get what the authorities say Redis should hold, less
+/// what the buckets still loaded hold or are sending on its way to another.
+async fn rebuild_locked(state: &AppState, sale: &Sale) -> Result<(), ApiError> {
+    let g = sale.id();
+    let buckets = sale.buckets();
+    let stocks = state.gate.stocks(&buckets).await?;
+    let lost: Vec<SaleBucket> =
+        buckets.iter().zip(&stocks).filter(|(_, stock)| stock.is_none()).map(|(at, _)| *at).collect();
+    if lost.is_empty() {
         return Ok(());
     }
-    // Nobody can reserve until the stock key exists, so everything below is read before the
-    // sale sells again. First the requests waiting in the broker, then a pause: the requests a
-    // consumer held unacknowledged at that count (the broker counts only those waiting) are
-    // claimed within a batch's time, and a claimed lost request is registered in flight,
-    // counted below. A request counted twice holds a unit back for a while, never too few.
+    // Nobody can reserve in a lost bucket until its stock key exists, so everything below is
+    // read before it sells again. First the requests waiting in the broker, then a pause: the
+    // requests a consumer held unacknowledged at that count (the broker counts only those
+    // waiting) are claimed within a batch's time, and a claimed lost request is registered in
+    // flight, counted below. A request counted twice holds a unit back for a while, never too
+    // few.
     let (waiting, _) = waiting_requests(state).await?;
     tokio::time::sleep(state.settings.rebuild_settle()).await;
     // The buyers who hold an order, so a repeat click is told REPEATED.
     let orders = state.orders.all_active(g).await.map_err(unavailable("order-service"))?;
-    state.gate.restore_orders(g, &orders).await?;
-    let snapshot = state.gate.snapshot(g).await?;
-    let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
-    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(authority_error(g))?;
-    // A message holds one request or a batch: the most a batch may carry bounds them.
+    state.gate.restore_orders(&orders, |u| sale.bucket_of(u)).await?;
+    let snapshot = SaleSnapshot::take(state, &buckets).await?;
+    let in_flight = snapshot.in_flight();
+    let in_flight_count = i64::try_from(in_flight.len()).unwrap_or(i64::MAX);
+    let authority = state.stock.held(g, in_flight).await.map_err(authority_error(g))?;
+    // A message holds one request or a batch: the most a batch may carry bounds them. Only a
+    // lost bucket's requests are lost, and each such bucket holds back the whole count for its
+    // claims to take from (more than needed with several, never too few).
     let holdback = i64::from(waiting).saturating_mul(MAX_BATCH_REQUESTS as i64);
-    let stock = expected_stock(&authority, in_flight, holdback);
-    if state.gate.load(g, stock, Epoch::new(now_ms()), Some(holdback)).await? {
+    let expected = expected_stock(&authority, in_flight_count, holdback);
+    let kept = snapshot.loaded_stock() + snapshot.in_transit();
+    let remainder = (expected - kept).max(0);
+    let epoch = Epoch::new(now_ms());
+    let mut loaded = false;
+    for (at, stock) in lost.iter().zip(split(remainder, lost.len())) {
+        if state.gate.load(*at, stock, epoch, Some(holdback)).await? {
+            loaded = true;
+            tracing::warn!(goods_id = %g, bucket = at.bucket, stock, held_back = holdback, in_flight = in_flight_count,
+                active_orders = orders.len(), available = authority.stock_available, kept_by_other_buckets = kept,
+                "sale missing in redis: rebuilt from the authorities");
+        }
+    }
+    if loaded {
         metrics::counter!("seckill_sales_rebuilt_total").increment(1);
-        tracing::warn!(goods_id = %g, stock, held_back = holdback, in_flight, active_orders = orders.len(),
-            available = authority.stock_available, "sale missing in redis: rebuilt from the authorities");
-        if stock > 0 {
+        if remainder > 0 {
             back_on_sale(state, g).await;
         }
     }
@@ -116,6 +158,67 @@ async fn rebuild_locked(state: &AppState, g: GoodsId) -> Result<(), ApiError> {
 /// reservations not deducted there yet, less the units held back.
 fn expected_stock(authority: &HeldResponse, in_flight: i64, holdback: i64) -> i64 {
     (authority.stock_available - (in_flight - authority.keys_held) - holdback).max(0)
+}
+
+/// A sale's Redis data over its buckets: each bucket's look is atomic, the buckets are looked
+/// at one after the other.
+struct SaleSnapshot {
+    buckets: Vec<(SaleBucket, Snapshot)>,
+}
+
+impl SaleSnapshot {
+    async fn take(state: &AppState, buckets: &[SaleBucket]) -> Result<Self, ApiError> {
+        let mut taken = Vec::with_capacity(buckets.len());
+        for at in buckets {
+            taken.push((*at, state.gate.snapshot(*at).await?));
+        }
+        Ok(Self { buckets: taken })
+    }
+
+    /// The units Redis will still sell, if every bucket is loaded.
+    fn stock(&self) -> Option<i64> {
+        self.buckets.iter().map(|(_, s)| s.stock).sum()
+    }
+
+    /// The units of the buckets that are loaded.
+    fn loaded_stock(&self) -> i64 {
+        self.buckets.iter().filter_map(|(_, s)| s.stock).sum()
+    }
+
+    /// Units on their way between two buckets: in neither stock yet. A transfer given and not
+    /// yet settled is also in its receiver's stock, for an instant (or until the reconciler
+    /// settles it, if its process died): counted twice then, which errs on the side of
+    /// selling fewer.
+    fn in_transit(&self) -> i64 {
+        self.buckets.iter().map(|(_, s)| s.in_transit).sum()
+    }
+
+    fn in_flight(&self) -> Vec<uuid::Uuid> {
+        self.buckets.iter().flat_map(|(_, s)| s.in_flight.iter().copied()).collect()
+    }
+
+    fn ordered(&self) -> i64 {
+        self.buckets.iter().map(|(_, s)| s.ordered).sum()
+    }
+
+    fn pending(&self) -> i64 {
+        self.buckets.iter().map(|(_, s)| s.pending).sum()
+    }
+
+    /// The units held back while recovering (each bucket rebuilt after a loss holds the same
+    /// count: see `rebuild_locked`).
+    fn holdback(&self) -> Option<i64> {
+        self.buckets.iter().filter_map(|(_, s)| s.holdback).max()
+    }
+
+    /// The newest load of any bucket.
+    fn epoch(&self) -> Option<Epoch> {
+        self.buckets.iter().filter_map(|(_, s)| s.epoch).max_by_key(|e| e.loaded_at_ms())
+    }
+
+    fn not_loaded(&self) -> Vec<u8> {
+        self.buckets.iter().filter(|(_, s)| s.stock.is_none()).map(|(at, _)| at.bucket).collect()
+    }
 }
 
 /// Buy requests waiting in the broker (the orders queue and its retry queue), and the orders
@@ -134,13 +237,13 @@ pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
         if sale.window_now() == SaleWindow::Ended {
             continue;
         }
-        match state.gate.stock(sale.id()).await {
-            Ok(Some(_)) => loaded += 1,
-            Ok(None) => match rebuild(state, sale.id()).await {
-                Ok(()) => loaded += 1,
-                Err(e) => tracing::warn!(goods_id = %sale.id(), error = %e, "sale not loaded at start"),
-            },
-            Err(e) => return Err(e.into()),
+        if state.gate.stocks(&sale.buckets()).await?.iter().all(Option::is_some) {
+            loaded += 1;
+            continue;
+        }
+        match rebuild(state, &sale).await {
+            Ok(()) => loaded += 1,
+            Err(e) => tracing::warn!(goods_id = %sale.id(), error = %e, "sale not loaded at start"),
         }
     }
     Ok(loaded)
@@ -151,19 +254,28 @@ pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
 /// recovering sale ends its recovery once the broker has had no buy request waiting at two
 /// looks in a row (and the publishes of the old epoch had their confirm timeout to land): the
 /// held-back units are released by a repair from the authority.
-pub async fn look_after(state: &web::Data<AppState>, sale: &Sale) -> Result<(), ApiError> {
+pub async fn look_after(state: &web::Data<AppState>, sale: &Arc<Sale>) -> Result<(), ApiError> {
     let g = sale.id();
-    // Two cheap reads a tick; the snapshot (a scan of the reservations) only at the end.
-    let (recovering, loaded) = state.gate.recovering(g).await?;
+    let buckets = sale.buckets();
+    // Two cheap reads a tick (a bucket); the snapshot (a scan of the reservations) only at
+    // the end.
+    let (recovering, loaded) = state.gate.recovering(&buckets).await?;
     if !loaded && sale.window_now() == SaleWindow::Open {
-        return start_rebuild(state, g).await;
+        return start_rebuild(state, sale).await;
     }
-    let epoch = match (recovering, state.gate.epoch(g).await?) {
-        (true, Some(epoch)) => epoch,
-        _ => {
-            sale.queue_seen_empty.store(false, Ordering::Relaxed);
-            return Ok(());
+    let mut newest: Option<Epoch> = None;
+    if recovering {
+        for at in &buckets {
+            if let Some(e) = state.gate.epoch(*at).await?
+                && newest.is_none_or(|n| e.loaded_at_ms() > n.loaded_at_ms())
+            {
+                newest = Some(e);
+            }
         }
+    }
+    let Some(epoch) = newest else {
+        sale.queue_seen_empty.store(false, Ordering::Relaxed);
+        return Ok(());
     };
     if now_ms() - epoch.loaded_at_ms() < i64::try_from(state.confirm_timeout_ms).unwrap_or(i64::MAX) {
         return Ok(());
@@ -176,7 +288,7 @@ pub async fn look_after(state: &web::Data<AppState>, sale: &Sale) -> Result<(), 
     if !sale.queue_seen_empty.swap(true, Ordering::Relaxed) {
         return Ok(());
     }
-    let repaired = repair(state, g, true).await?;
+    let repaired = repair(state, sale, true).await?;
     sale.queue_seen_empty.store(false, Ordering::Relaxed);
     tracing::info!(goods_id = %g, stock_before = ?repaired.stock_before, stock_after = ?repaired.stock_after,
         "recovery ended: no request of the lost data is left in the broker");
@@ -186,10 +298,14 @@ pub async fn look_after(state: &web::Data<AppState>, sale: &Sale) -> Result<(), 
 /// Sets the sale's Redis data from the authorities: the active orders' buyers and results
 /// written back, the stock corrected to what the authority has less what is in flight (less
 /// the held-back units, unless `end_recovery`). A sale missing in Redis is rebuilt instead.
-pub async fn repair(state: &AppState, g: GoodsId, end_recovery: bool) -> Result<SaleRepair, ApiError> {
-    if state.gate.stock(g).await?.is_none() {
-        rebuild(state, g).await?;
-        let audit = audit(state, g).await?;
+/// With buckets, the correction of the sum is spread: units added evenly, units taken from
+/// the fullest buckets first.
+pub async fn repair(state: &AppState, sale: &Sale, end_recovery: bool) -> Result<SaleRepair, ApiError> {
+    let g = sale.id();
+    let buckets = sale.buckets();
+    if !state.gate.stocks(&buckets).await?.iter().all(Option::is_some) {
+        rebuild(state, sale).await?;
+        let audit = audit(state, sale).await?;
         return Ok(SaleRepair {
             stock_before: None,
             stock_after: audit.redis.stock,
@@ -198,16 +314,27 @@ pub async fn repair(state: &AppState, g: GoodsId, end_recovery: bool) -> Result<
         });
     }
     let orders = state.orders.all_active(g).await.map_err(unavailable("order-service"))?;
-    state.gate.restore_orders(g, &orders).await?;
-    let snapshot = state.gate.snapshot(g).await?;
-    let (Some(stock), Some(epoch)) = (snapshot.stock, snapshot.epoch) else {
-        return Err(ApiError::new(ErrorCode::Busy, "the sale's redis data changed meanwhile, try again"));
-    };
-    let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
-    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(unavailable("stock-service"))?;
-    let holdback = if end_recovery { 0 } else { snapshot.holdback.unwrap_or(0) };
-    let target = expected_stock(&authority, in_flight, holdback);
-    let after = state.gate.adjust(g, epoch, target - stock, end_recovery).await?;
+    state.gate.restore_orders(&orders, |u| sale.bucket_of(u)).await?;
+    let snapshot = SaleSnapshot::take(state, &buckets).await?;
+    let changed = || ApiError::new(ErrorCode::Busy, "the sale's redis data changed meanwhile, try again");
+    let Some(stock) = snapshot.stock() else { return Err(changed()) };
+    let in_flight = snapshot.in_flight();
+    let in_flight_count = i64::try_from(in_flight.len()).unwrap_or(i64::MAX);
+    let authority = state.stock.held(g, in_flight).await.map_err(unavailable("stock-service"))?;
+    let holdback = if end_recovery { 0 } else { snapshot.holdback().unwrap_or(0) };
+    let target = expected_stock(&authority, in_flight_count, holdback);
+    let stocks: Vec<i64> = snapshot.buckets.iter().map(|(_, s)| s.stock.unwrap_or(0)).collect();
+    let corrections = spread(target - stock - snapshot.in_transit(), &stocks);
+    let mut after = Some(0);
+    for (((at, bucket), delta), before) in snapshot.buckets.iter().zip(corrections).zip(&stocks) {
+        let Some(epoch) = bucket.epoch else { return Err(changed()) };
+        let now = if delta != 0 || end_recovery {
+            state.gate.adjust(*at, epoch, delta, end_recovery).await?
+        } else {
+            Some(*before)
+        };
+        after = after.zip(now).map(|(sum, s)| sum + s);
+    }
     if after.is_some_and(|s| s != stock) {
         metrics::counter!("seckill_sales_repaired_total").increment(1);
         tracing::warn!(goods_id = %g, stock_before = stock, stock_after = ?after, "redis stock repaired from the authority");
@@ -219,8 +346,33 @@ pub async fn repair(state: &AppState, g: GoodsId, end_recovery: bool) -> Result<
         stock_before: Some(stock),
         stock_after: after,
         orders_restored: orders.len(),
-        audit: audit(state, g).await?,
+        audit: audit(state, sale).await?,
     })
+}
+
+/// A correction of `delta` units to the sum of `stocks`, bucket by bucket: units added go
+/// evenly (the rest to the first), units taken come from the fullest buckets first, never
+/// more than a bucket holds.
+fn spread(delta: i64, stocks: &[i64]) -> Vec<i64> {
+    if delta >= 0 {
+        return split(delta, stocks.len());
+    }
+    let mut out = vec![0; stocks.len()];
+    let mut order: Vec<usize> = (0..stocks.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(stocks[i]));
+    let mut owed = -delta;
+    for i in order {
+        let take = owed.min(stocks[i].max(0));
+        out[i] = -take;
+        owed -= take;
+    }
+    // More taken than the buckets hold: the rest from the first (ADJUST stops at zero).
+    if owed > 0
+        && let Some(first) = out.first_mut()
+    {
+        *first -= owed;
+    }
+    out
 }
 
 /// Every replica's sold-out flag down: the sale has stock again.
@@ -234,30 +386,36 @@ async fn back_on_sale(state: &AppState, g: GoodsId) {
 /// How Redis, the stock ledger, the orders and the queue compare for one sale. Also sets the
 /// metrics an alert watches: `seckill_audit_differences{goods_id}` (0 when all agree) and
 /// `seckill_audit_stock_difference{goods_id}` (Redis stock less what it should be).
-pub async fn audit(state: &AppState, g: GoodsId) -> Result<SaleAudit, ApiError> {
-    let snapshot = state.gate.snapshot(g).await?;
-    let in_flight = i64::try_from(snapshot.in_flight.len()).unwrap_or(i64::MAX);
-    let authority = state.stock.held(g, snapshot.in_flight).await.map_err(authority_error(g))?;
+pub async fn audit(state: &AppState, sale: &Sale) -> Result<SaleAudit, ApiError> {
+    let g = sale.id();
+    let snapshot = SaleSnapshot::take(state, &sale.buckets()).await?;
+    let in_flight = snapshot.in_flight();
+    let in_flight_count = i64::try_from(in_flight.len()).unwrap_or(i64::MAX);
+    let authority = state.stock.held(g, in_flight).await.map_err(authority_error(g))?;
     let active_orders = state.orders.count_active(g).await.map_err(unavailable("order-service"))?;
     let (waiting, consumers) = waiting_requests(state).await?;
-    let holdback = snapshot.holdback.unwrap_or(0);
-    let expected = expected_stock(&authority, in_flight, holdback);
+    let holdback = snapshot.holdback().unwrap_or(0);
+    let expected = expected_stock(&authority, in_flight_count, holdback);
+    let in_transit = snapshot.in_transit();
+    let ordered = snapshot.ordered();
 
     let mut differences = Vec::new();
-    match snapshot.stock {
-        None => differences.push("the sale is not loaded in redis".to_owned()),
-        Some(stock) if stock != expected => differences.push(format!(
-            "redis stock is {stock}, the authority's figures give {expected} (available {}, {} in flight \
-             not deducted, {holdback} held back)",
+    match (snapshot.stock(), snapshot.not_loaded().as_slice()) {
+        (None, _) if sale.goods.buckets <= 1 => {
+            differences.push("the sale is not loaded in redis".to_owned())
+        }
+        (None, lost) => differences.push(format!("buckets {lost:?} of the sale are not loaded in redis")),
+        (Some(stock), _) if stock + in_transit != expected => differences.push(format!(
+            "redis stock is {stock} ({in_transit} more moving between buckets), the authority's figures give \
+             {expected} (available {}, {} in flight not deducted, {holdback} held back)",
             authority.stock_available,
-            in_flight - authority.keys_held
+            in_flight_count - authority.keys_held
         )),
-        Some(_) => {}
+        (Some(_), _) => {}
     }
-    if snapshot.ordered != active_orders {
+    if ordered != active_orders {
         differences.push(format!(
-            "redis marks {} reservations as orders; the order database has {active_orders} active orders",
-            snapshot.ordered
+            "redis marks {ordered} reservations as orders; the order database has {active_orders} active orders"
         ));
     }
     if authority.held_units != active_orders + authority.keys_held {
@@ -272,23 +430,24 @@ pub async fn audit(state: &AppState, g: GoodsId) -> Result<SaleAudit, ApiError> 
             authority.stock_total, authority.stock_available, authority.held_units
         ));
     }
-    if snapshot.holdback.is_some() {
+    if snapshot.holdback().is_some() {
         differences.push(format!("recovering from a loss of redis data: {holdback} units held back"));
     }
     let label = g.to_string();
     metrics::gauge!("seckill_audit_differences", "goods_id" => label.clone()).set(differences.len() as f64);
     metrics::gauge!("seckill_audit_stock_difference", "goods_id" => label)
-        .set(snapshot.stock.map_or(-(expected as f64), |s| (s - expected) as f64));
+        .set(snapshot.stock().map_or(-(expected as f64), |s| (s + in_transit - expected) as f64));
     Ok(SaleAudit {
         goods_id: g,
         redis: RedisAudit {
-            loaded: snapshot.stock.is_some(),
-            epoch: snapshot.epoch,
-            stock: snapshot.stock,
-            holdback: snapshot.holdback,
-            reservations_ordered: snapshot.ordered,
-            reservations_in_flight: in_flight,
-            pending: snapshot.pending,
+            loaded: snapshot.stock().is_some(),
+            epoch: snapshot.epoch(),
+            stock: snapshot.stock(),
+            in_transit,
+            holdback: snapshot.holdback(),
+            reservations_ordered: ordered,
+            reservations_in_flight: in_flight_count,
+            pending: snapshot.pending(),
         },
         authority: AuthorityAudit {
             stock_total: authority.stock_total,
@@ -319,7 +478,7 @@ pub async fn audit_route(
     // An unknown id is answered from the sale book (and its cache of unknown ids), touching
     // neither Redis nor stock-service.
     let sale = state.sales.get(*path).await?;
-    Ok(actix_web::HttpResponse::Ok().json(audit(&state, sale.id()).await?))
+    Ok(actix_web::HttpResponse::Ok().json(audit(&state, &sale).await?))
 }
 
 /// `POST /api/admin/goods/{goods_id}/repair` (admin only): a recovery under way keeps its
@@ -331,9 +490,34 @@ pub async fn repair_route(
 ) -> Result<actix_web::HttpResponse, ApiError> {
     user.require_admin()?;
     let g = *path;
-    state.sales.get(g).await?;
-    let repaired = repair(&state, g, false).await?;
+    let sale = state.sales.get(g).await?;
+    let repaired = repair(&state, &sale, false).await?;
     tracing::info!(goods_id = %g, user_id = %user.id, stock_before = ?repaired.stock_before,
         stock_after = ?repaired.stock_after, "sale repaired by an admin");
     Ok(actix_web::HttpResponse::Ok().json(repaired))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stock_is_split_evenly_with_the_rest_to_the_first_bucket() {
+        assert_eq!(split(10, 4), [4, 2, 2, 2]);
+        assert_eq!(split(3, 4), [3, 0, 0, 0]);
+        assert_eq!(split(8, 1), [8]);
+        assert_eq!(split(0, 0), [0], "at least one part");
+    }
+
+    #[test]
+    fn a_correction_takes_from_the_fullest_buckets_and_adds_evenly() {
+        assert_eq!(spread(5, &[1, 1, 1]), [3, 1, 1]);
+        assert_eq!(spread(-4, &[1, 5, 2]), [0, -4, 0]);
+        assert_eq!(spread(-6, &[1, 5, 2]), [0, -5, -1]);
+        assert_eq!(spread(-10, &[1, 5, 2]), [-3, -5, -2], "past what they hold, from the first");
+        assert_eq!(spread(0, &[3, 3]), [0, 0]);
+        for (delta, stocks) in [(-7, vec![4, 4, 4]), (9, vec![0, 2]), (-1, vec![0, 0, 1])] {
+            assert_eq!(spread(delta, &stocks).iter().sum::<i64>(), delta);
+        }
+    }
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use dashmap::DashMap;
 use seckill_common::api::{Goods, SaleWindow};
-use seckill_common::{ErrorCode, GoodsId};
+use seckill_common::keys::SaleBucket;
+use seckill_common::{ErrorCode, GoodsId, UserId};
 use seckill_infra::stock_client::StockClient;
 use seckill_web::ApiError;
 use tokio::sync::Mutex;
@@ -37,6 +38,16 @@ impl Sale {
 
     pub fn id(&self) -> GoodsId {
         self.goods.id
+    }
+
+    /// The bucket of the sale's stock that serves `u` (the sale itself when it has one).
+    pub fn bucket_of(&self, u: UserId) -> SaleBucket {
+        SaleBucket::of_user(self.goods.id, self.goods.buckets, u)
+    }
+
+    /// Every bucket of the sale's stock, bucket 0 first.
+    pub fn buckets(&self) -> Vec<SaleBucket> {
+        SaleBucket::all(self.goods.id, self.goods.buckets).collect()
     }
 
     pub fn window_now(&self) -> SaleWindow {

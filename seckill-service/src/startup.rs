@@ -16,6 +16,7 @@ use seckill_web::shed::InFlight;
 use seckill_web::{Application, Lifecycle, Service};
 
 use crate::batcher::{BatchSettings, Batcher};
+use crate::buckets::Transfers;
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
@@ -57,7 +58,9 @@ pub fn broker_use(names: &AmqpNames) -> BrokerUse {
 async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Seckill, &settings.trust)?);
     let redis = seckill_infra::redis::connect(&settings.redis)?;
-    let gate = Arc::new(Gate::new(redis, RedisKeys::new(settings.redis.key_prefix.clone())));
+    let keys = RedisKeys::new(settings.redis.key_prefix.clone());
+    let transfers = Transfers::new(redis.clone(), keys.clone());
+    let gate = Arc::new(Gate::new(redis, keys));
     gate.load_scripts()
         .await
         .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
@@ -85,6 +88,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         settings: settings.seckill.clone(),
         sales: SaleBook::new(stock.clone()),
         gate,
+        transfers,
         publisher,
         batcher,
         stock,

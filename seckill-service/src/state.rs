@@ -9,6 +9,7 @@ use seckill_infra::stock_client::StockClient;
 use seckill_web::shed::InFlight;
 
 use crate::batcher::Batcher;
+use crate::buckets::Transfers;
 use crate::configuration::SeckillSettings;
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
@@ -17,6 +18,8 @@ use crate::sales::SaleBook;
 pub struct AppState {
     pub settings: SeckillSettings,
     pub gate: Arc<Gate>,
+    /// Moves units between the buckets of a sale split over several.
+    pub transfers: Transfers,
     pub sales: SaleBook,
     pub publisher: Arc<Publisher>,
     /// Gathers accepted requests into confirmed messages.

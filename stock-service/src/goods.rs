@@ -8,24 +8,42 @@ use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use seckill_common::api::{Goods, NewGoods};
+use seckill_common::api::{Goods, MAX_BUCKETS, NewGoods};
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
 use crate::schema::goods;
 
 /// A `goods` row, all of its columns in the table's order: the fields of [`Goods`] (defined
-/// once, in `seckill_common::api`), then `created_at`, which the API does not show. PostgreSQL
-/// only appends columns, so the order holds; a column more fails to compile here.
-type GoodsRow = (i64, String, i64, i64, i64, i64, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>);
+/// once, in `seckill_common::api`) up to `end_at`, then `created_at`, which the API does not
+/// show, then `buckets` (added by a later migration). PostgreSQL only appends columns, so the
+/// order holds; a column more fails to compile here.
+type GoodsRow = (i64, String, i64, i64, i64, i64, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>, i16);
 
 /// A row as the API shows it; an id that is not positive is a corrupt row.
 fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
-    let (id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at, _) = row;
-    let id = GoodsId::new(id).ok_or_else(|| {
-        diesel::result::Error::DeserializationError(format!("goods id {id} is not positive").into())
-    })?;
-    Ok(Goods { id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at })
+    let (id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at, _, b) =
+        row;
+    let corrupt = |what: String| diesel::result::Error::DeserializationError(what.into());
+    let id = GoodsId::new(id).ok_or_else(|| corrupt(format!("goods id {id} is not positive")))?;
+    // The table's CHECK keeps `buckets` in 1..=MAX_BUCKETS; a value outside is a corrupt row,
+    // refused like a bad id rather than clamped: a sale read with another count of buckets
+    // than its stock was split over would look for its units under the wrong keys.
+    let buckets = u8::try_from(b)
+        .ok()
+        .filter(|b| (1..=MAX_BUCKETS).contains(b))
+        .ok_or_else(|| corrupt(format!("goods {id} has {b} buckets, not 1 to {MAX_BUCKETS}")))?;
+    Ok(Goods {
+        id,
+        name,
+        price_cents,
+        seckill_price_cents,
+        stock_total,
+        stock_available,
+        start_at,
+        end_at,
+        buckets,
+    })
 }
 
 /// At most this many goods are listed; a flash-sale shop runs a handful at a time.
@@ -65,6 +83,8 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewGoods) -> QueryResult
             goods::stock_available.eq(new.stock_total),
             goods::start_at.eq(new.start_at),
             goods::end_at.eq(new.end_at),
+            // `validate` kept it in 1..=MAX_BUCKETS; the table's CHECK refuses any other.
+            goods::buckets.eq(i16::from(new.buckets)),
         ))
         .returning(goods::all_columns)
         .get_result::<GoodsRow>(conn)

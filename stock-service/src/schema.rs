@@ -12,6 +12,7 @@ diesel::table! {
         start_at -> Timestamptz,
         end_at -> Timestamptz,
         created_at -> Timestamptz,
+        buckets -> Int2,
     }
 }
 

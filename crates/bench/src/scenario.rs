@@ -442,7 +442,7 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
             let admin_token = dev_token(&mut admin, 1, "admin").await?;
             let label = format!("bench {}", cfg.name);
             let goods =
-                create_sale(&mut admin, &admin_token, &label, cfg.stock, chrono::Duration::seconds(5))
+                create_sale(&mut admin, &admin_token, &label, cfg.stock, 1, chrono::Duration::seconds(5))
                     .await?;
             goods.id.get()
         }
@@ -1427,13 +1427,15 @@ pub async fn dev_token(conn: &mut Conn, user: i64, role: &str) -> anyhow::Result
     Ok(serde_json::from_slice::<TokenResponse>(&a.body)?.token)
 }
 
-/// Creates a sale of `units` named "<label> <time>" that opened `opened_ago` before now
-/// (`POST /api/admin/goods` as `admin`); the fault suite creates its sales the same way.
+/// Creates a sale of `units` over `buckets` stock buckets, named "<label> <time>", that opened
+/// `opened_ago` before now (`POST /api/admin/goods` as `admin`); the fault suite creates its
+/// sales the same way.
 pub(crate) async fn create_sale(
     conn: &mut Conn,
     admin: &str,
     label: &str,
     units: i64,
+    buckets: u8,
     opened_ago: chrono::Duration,
 ) -> anyhow::Result<Goods> {
     let now = Utc::now();
@@ -1444,6 +1446,7 @@ pub(crate) async fn create_sale(
         stock_total: units,
         start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
+        buckets,
     };
     let bearer = bearer_header(admin)?;
     let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ids::{GoodsId, OrderId, UserId};
+use crate::keys::SaleBucket;
 use crate::scripts::Epoch;
 
 /// The version every message of this build writes; readers reject others to the dead letters.
@@ -22,15 +23,35 @@ pub struct OrderRequest {
     /// reservation given back from one that Redis lost. Absent from older producers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<Epoch>,
+    /// The sale's stock bucket the reservation was taken in (`keys::SaleBucket`): its keys are
+    /// the ones the order consumer's scripts touch. 0 for a sale of one bucket, and from older
+    /// producers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bucket: u8,
+}
+
+fn is_zero(b: &u8) -> bool {
+    *b == 0
 }
 
 impl OrderRequest {
     pub fn new(request_id: Uuid, user_id: UserId, goods_id: GoodsId, ts: i64) -> Self {
-        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts, epoch: None }
+        Self { v: MESSAGE_VERSION, request_id, user_id, goods_id, ts, epoch: None, bucket: 0 }
+    }
+
+    /// The request of a reservation held in `at` (of this request's sale).
+    pub fn in_bucket(self, at: SaleBucket) -> Self {
+        debug_assert_eq!(at.goods, self.goods_id);
+        Self { bucket: at.bucket, ..self }
     }
 
     pub fn with_epoch(self, epoch: Option<Epoch>) -> Self {
         Self { epoch, ..self }
+    }
+
+    /// Where the reservation is held.
+    pub fn sale_bucket(&self) -> SaleBucket {
+        SaleBucket::new(self.goods_id, self.bucket)
     }
 }
 
@@ -75,7 +96,14 @@ pub fn order_body(requests: &[OrderRequest]) -> serde_json::Result<Vec<u8>> {
 /// unknown versions, a batch that is empty or larger than [`MAX_BATCH_REQUESTS`], a batched
 /// request that is not itself of the single form's version.
 pub fn decode_order_requests(body: &[u8]) -> Result<Vec<OrderRequest>, String> {
-    decode_one_or_batch::<OrderBatch>(body)
+    let requests = decode_one_or_batch::<OrderBatch>(body)?;
+    match requests.iter().find(|r| r.bucket >= crate::api::MAX_BUCKETS) {
+        Some(r) => Err(format!(
+            "request {} names bucket {}, past the last one a sale may have",
+            r.request_id, r.bucket
+        )),
+        None => Ok(requests),
+    }
 }
 
 /// A message type with a single form (`"v": 1`) and a batch form (`"v": 2`) that carries up to
@@ -355,6 +383,15 @@ mod tests {
         assert!(json.starts_with(r#"{"v":1,"#));
         assert_eq!(serde_json::from_str::<OrderRequest>(&json).unwrap(), m);
         assert_eq!(AmqpNames::new("t.").orders_queue(), "t.seckill.orders");
+        assert!(!json.contains("bucket"), "bucket 0 is left out, as older producers wrote it");
+
+        let in_bucket = m.in_bucket(SaleBucket::new(m.goods_id, 3));
+        let json = serde_json::to_string(&in_bucket).unwrap();
+        assert!(json.contains(r#""bucket":3"#), "{json}");
+        assert_eq!(decode_order_requests(json.as_bytes()).unwrap(), vec![in_bucket]);
+        assert_eq!(in_bucket.sale_bucket(), SaleBucket::new(m.goods_id, 3));
+        let past = json.replace(r#""bucket":3"#, r#""bucket":8"#);
+        assert!(decode_order_requests(past.as_bytes()).unwrap_err().contains("bucket 8"));
     }
 
     fn request(n: i64) -> OrderRequest {

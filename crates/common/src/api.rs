@@ -26,6 +26,17 @@ pub struct Goods {
     pub start_at: DateTime<Utc>,
     /// When buying closes: the sale is open from `start_at` up to, not including, `end_at`.
     pub end_at: DateTime<Utc>,
+    /// Redis keys the sale's stock is split over (1 to [`MAX_BUCKETS`]; see [`NewGoods::buckets`]).
+    #[serde(default = "one_bucket")]
+    #[schema(minimum = 1, maximum = 8)]
+    pub buckets: u8,
+}
+
+/// The most stock buckets a sale may have.
+pub const MAX_BUCKETS: u8 = 8;
+
+fn one_bucket() -> u8 {
+    1
 }
 
 /// Where a sale stands at a given instant.
@@ -68,6 +79,13 @@ pub struct NewGoods {
     pub start_at: DateTime<Utc>,
     /// When buying closes: after `start_at`.
     pub end_at: DateTime<Utc>,
+    /// Redis keys to split the stock over, 1 to 8 (default 1). Each buyer is served by one of
+    /// them, chosen from the user id; on a Redis Cluster they sit in different slots, so a sale
+    /// too hot for one shard spreads over several. A bucket that runs dry is given units by
+    /// the others before any buyer is told `SOLD_OUT`.
+    #[serde(default = "one_bucket")]
+    #[schema(minimum = 1, maximum = 8)]
+    pub buckets: u8,
 }
 
 /// The most units one sale may hold: far above any flash sale, low enough that no sum overflows.
@@ -91,6 +109,9 @@ impl NewGoods {
         }
         if self.end_at <= self.start_at {
             return Err("end_at must be after start_at".into());
+        }
+        if !(1..=MAX_BUCKETS).contains(&self.buckets) {
+            return Err(format!("buckets must be between 1 and {MAX_BUCKETS}"));
         }
         Ok(())
     }
@@ -323,6 +344,9 @@ pub struct RedisAudit {
     pub epoch: Option<crate::scripts::Epoch>,
     /// Units Redis will still sell.
     pub stock: Option<i64>,
+    /// Units moving from one of the sale's stock buckets to another (in neither stock yet).
+    #[serde(default)]
+    pub in_transit: i64,
     /// Units held back while the sale recovers from a loss of its Redis data.
     pub holdback: Option<i64>,
     /// Reservations that are orders.
@@ -415,6 +439,7 @@ mod tests {
             stock_total: 10,
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
+            buckets: 1,
         }
     }
 
@@ -433,6 +458,16 @@ mod tests {
         let mut g = new_goods();
         g.name = "  ".into();
         assert!(g.validate().unwrap_err().contains("name"));
+        for wrong in [0, MAX_BUCKETS + 1] {
+            let mut g = new_goods();
+            g.buckets = wrong;
+            assert!(g.validate().unwrap_err().contains("buckets"));
+        }
+        let parsed: NewGoods = serde_json::from_value(serde_json::json!({"name": "x", "price_cents": 1,
+            "seckill_price_cents": 1, "stock_total": 1, "start_at": "2026-01-01T00:00:00Z",
+            "end_at": "2026-01-02T00:00:00Z"}))
+        .unwrap();
+        assert_eq!(parsed.buckets, 1, "one bucket unless asked");
     }
 
     #[test]
@@ -442,6 +477,10 @@ mod tests {
         assert_eq!(field("stock_total")["maximum"], MAX_STOCK);
         assert_eq!(field("stock_total")["minimum"], 0);
         assert_eq!(field("name")["maxLength"], 200);
+        assert_eq!(
+            (field("buckets")["minimum"].clone(), field("buckets")["maximum"].clone()),
+            (1.into(), MAX_BUCKETS.into())
+        );
         assert_eq!(schema["additionalProperties"], false, "deny_unknown_fields");
         let mut g = new_goods();
         g.stock_total = MAX_STOCK;
@@ -472,6 +511,7 @@ mod tests {
             stock_available: 1,
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
+            buckets: 1,
         };
         assert_eq!(g.window_at(g.start_at - chrono::Duration::seconds(1)), SaleWindow::NotStarted);
         assert_eq!(g.window_at(g.start_at), SaleWindow::Open);

@@ -32,6 +32,18 @@ impl SaleBucket {
         Self { goods, bucket }
     }
 
+    /// The bucket that serves user `u` in a sale of `buckets` buckets: always the same one, so
+    /// one-per-user stays a check on one bucket.
+    pub fn of_user(goods: GoodsId, buckets: u8, u: UserId) -> Self {
+        let n = u64::from(buckets.max(1));
+        Self { goods, bucket: u8::try_from(u.get().unsigned_abs() % n).unwrap_or_default() }
+    }
+
+    /// Every bucket of a sale of `buckets` buckets, bucket 0 first.
+    pub fn all(goods: GoodsId, buckets: u8) -> impl Iterator<Item = Self> + Clone {
+        (0..buckets.max(1)).map(move |bucket| Self { goods, bucket })
+    }
+
     /// The hash tag's content, written straight into the key (no string of its own: the key
     /// names are built on every click).
     fn tag(self) -> BucketTag {
@@ -112,7 +124,7 @@ impl RedisKeys {
     /// accepted requests that were still in the queue when it happened (an upper bound, from the
     /// broker's count), so that nobody is accepted for a unit one of them will take.
     pub fn holdback(&self, g: GoodsId) -> String {
-        format!("{}seckill:{{{g}}}:holdback", self.prefix)
+        self.bucket_holdback(SaleBucket::new(g, 0))
     }
 
     /// Held by the one instance rebuilding the sale's data from the authorities.
@@ -144,6 +156,13 @@ impl RedisKeys {
     /// As [`RedisKeys::token`], for one bucket of a sale.
     pub fn bucket_token(&self, at: SaleBucket, u: UserId) -> String {
         format!("{}seckill:{{{}}}:token:{u}", self.prefix, at.tag())
+    }
+
+    /// As [`RedisKeys::holdback`], for one bucket of a sale: each bucket rebuilt after a loss
+    /// holds its own count, which the order consumer's claim of a lost request in that bucket
+    /// takes from.
+    pub fn bucket_holdback(&self, at: SaleBucket) -> String {
+        format!("{}seckill:{{{}}}:holdback", self.prefix, at.tag())
     }
 
     /// As [`RedisKeys::epoch`], for one bucket of a sale.
@@ -216,5 +235,19 @@ mod tests {
         assert_eq!(k.bucket_stock(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:stock");
         assert_eq!(k.transfers_out(SaleBucket::new(g, 3)), "t1:seckill:{7:b3}:transfers:out");
         assert_eq!(k.transfers_in(SaleBucket::new(g, 0)), "t1:seckill:{7}:transfers:in");
+        assert_eq!(k.bucket_holdback(zero), k.holdback(g));
+    }
+
+    #[test]
+    fn a_buyer_is_served_by_one_bucket() {
+        let g = GoodsId::new(7).unwrap();
+        let user = |n| UserId::new(n).unwrap();
+        assert_eq!(SaleBucket::of_user(g, 1, user(42)), SaleBucket::new(g, 0));
+        assert_eq!(SaleBucket::of_user(g, 4, user(42)), SaleBucket::new(g, 2));
+        assert_eq!(SaleBucket::of_user(g, 0, user(42)), SaleBucket::new(g, 0), "0 buckets is read as 1");
+        let used: std::collections::BTreeSet<u8> =
+            (1..=100).map(|n| SaleBucket::of_user(g, 8, user(n)).bucket).collect();
+        assert_eq!(used, (0..8).collect());
+        assert_eq!(SaleBucket::all(g, 3).map(|b| b.bucket).collect::<Vec<_>>(), [0, 1, 2]);
     }
 }

@@ -158,15 +158,17 @@ if n > 0 and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1
 return n
 ";
 
-/// A consistent look at a sale's Redis data, for the audit and the repair.
-/// KEYS: stock, users, pending, epoch, holdback.
+/// A consistent look at one bucket of a sale's Redis data (a sale of one bucket: the sale),
+/// for the audit and the repair.
+/// KEYS: stock, users, pending, epoch, holdback, transfers out.
 /// Returns strings: stock, epoch, holdback (each false when absent), the number of
-/// reservations that are orders, the number of pending entries, then the request id of every
-/// reservation that is not an order yet (reserved or claimed).
+/// reservations that are orders, the number of pending entries, the units this bucket gave
+/// and nobody has settled (in transit), then the request id of every reservation that is not
+/// an order yet (reserved or claimed).
 /// O(reservations): a sale's audit or repair, never a request's path.
 pub const SNAPSHOT: &str = r"
 local out = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[4]), redis.call('GET', KEYS[5]), '0',
-  tostring(redis.call('ZCARD', KEYS[3]))}
+  tostring(redis.call('ZCARD', KEYS[3])), '0'}
 local ordered = 0
 for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
   local kind = string.sub(v, 1, 2)
@@ -175,6 +177,11 @@ for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
   else out[#out + 1] = v end
 end
 out[4] = tostring(ordered)
+local transit = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[6])) do
+  transit = transit + (tonumber(string.match(v, '^%d+|(%d+)|')) or 0)
+end
+out[6] = tostring(transit)
 return out
 ";
 
@@ -206,16 +213,30 @@ return s
 /// bucket, most units to take, now (ms).
 /// Takes half of what the bucket holds (rounded up), at most the most asked: a bucket that
 /// ran dry is given enough for its buyers for a while, and the giving one keeps the rest of
-/// its own. Returns the units taken (0: the bucket is empty), or -1 when it is not loaded.
+/// its own. Returns the units taken; 0 when the bucket is empty and sends nothing;
+/// [`TRANSFER_EMPTY_SENDING`] when it is empty but a transfer it took less than a second ago
+/// is still between its steps (its units maybe on their way to the asking bucket: not yet a
+/// reason to say sold out; an older one is a dead process's, which the reconciler finishes);
+/// -1 when it is not loaded.
 pub const TRANSFER_TAKE: &str = r"
 local s = tonumber(redis.call('GET', KEYS[1]))
 if s == nil then return -1 end
 local k = math.min(tonumber(ARGV[3]), math.floor((s + 1) / 2))
-if k <= 0 then return 0 end
+if k <= 0 then
+  if redis.call('HLEN', KEYS[2]) > 0 then
+    for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+      local at = tonumber(string.match(v, '|(%d+)$'))
+      if at and tonumber(ARGV[4]) - at < 1000 then return -2 end
+    end
+  end
+  return 0
+end
 redis.call('DECRBY', KEYS[1], k)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. k .. '|' .. ARGV[4])
 return k
 ";
+
+pub const TRANSFER_EMPTY_SENDING: i64 = -2;
 
 /// GIVE. KEYS: the receiving bucket's stock, its transfers in. ARGV: transfer id, units, now
 /// (ms). Returns 1 when the units were added now, 0 when this transfer was given before, -1

@@ -15,7 +15,7 @@ use seckill_common::GoodsId;
 use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
 use seckill_common::config::HttpSettings;
-use seckill_common::keys::RedisKeys;
+use seckill_common::keys::{RedisKeys, SaleBucket};
 use seckill_common::trust::Peer;
 use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, keys, redis_url};
 use serde_json::{Value, json};
@@ -366,6 +366,17 @@ impl System {
 
     /// Creates a sale through the gateway as an admin; `start`/`end` relative to now.
     pub async fn create_sale(&self, stock: i64, start: chrono::Duration, end: chrono::Duration) -> Goods {
+        self.create_sale_in(stock, 1, start, end).await
+    }
+
+    /// As [`System::create_sale`], its stock split over `buckets` buckets.
+    pub async fn create_sale_in(
+        &self,
+        stock: i64,
+        buckets: u8,
+        start: chrono::Duration,
+        end: chrono::Duration,
+    ) -> Goods {
         let admin = self.dev_token(1, "admin").await;
         let now = Utc::now();
         let (status, body) = self
@@ -373,11 +384,46 @@ impl System {
                 "/api/admin/goods",
                 Some(&admin),
                 json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
-                    "stock_total": stock, "start_at": now + start, "end_at": now + end}),
+                    "stock_total": stock, "start_at": now + start, "end_at": now + end, "buckets": buckets}),
             )
             .await;
         assert_eq!(status, 201, "create sale: {body}");
         serde_json::from_value(body).unwrap()
+    }
+
+    /// A sale open now for an hour, its stock split over `buckets` buckets.
+    pub async fn open_sale_in(&self, stock: i64, buckets: u8) -> Goods {
+        self.create_sale_in(stock, buckets, chrono::Duration::seconds(-5), chrono::Duration::hours(1)).await
+    }
+
+    /// Each bucket's stock in Redis (None: not loaded), bucket 0 first.
+    pub async fn redis_bucket_stocks(&self, g: GoodsId, buckets: u8) -> Vec<Option<i64>> {
+        let mut redis = self.redis().await;
+        let mut out = Vec::new();
+        for at in SaleBucket::all(g, buckets) {
+            out.push(redis.get(self.redis_keys.bucket_stock(at)).await.unwrap());
+        }
+        out
+    }
+
+    /// Each bucket's reservations in Redis, bucket 0 first.
+    pub async fn redis_bucket_users(&self, g: GoodsId, buckets: u8) -> Vec<i64> {
+        let mut redis = self.redis().await;
+        let mut out = Vec::new();
+        for at in SaleBucket::all(g, buckets) {
+            out.push(redis.hlen(self.redis_keys.bucket_users(at)).await.unwrap());
+        }
+        out
+    }
+
+    /// What a Redis Cluster node restarted empty does to the buckets on it: every key of one
+    /// bucket of a sale gone (its stock, reservations, results, transfers), the others kept.
+    pub async fn lose_bucket(&self, at: SaleBucket) {
+        let probe = self.redis_keys.bucket_stock(at);
+        let pattern = format!("{}*", probe.strip_suffix("stock").expect("a stock key ends so"));
+        for node in self.redis_settings.url.split(',') {
+            seckill_infra::redis::delete_matching(node.trim(), &pattern).await.unwrap();
+        }
     }
 
     /// A sale open now for an hour.

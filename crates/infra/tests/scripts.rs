@@ -448,6 +448,12 @@ async fn snapshot_and_adjust() {
     f.claim(u(3), c).await;
     f.succeed(u(3), c, 43).await;
     let mut conn = f.redis.clone();
+    // Two transfers of units to other buckets (`buckets`) not yet settled: 3 + 4 in transit.
+    let out = f.keys.transfers_out(seckill_common::keys::SaleBucket::new(f.g, 0));
+    let _: () =
+        redis::AsyncCommands::hset_multiple(&mut conn, &out, &[("t1", "2|3|1000"), ("t2", "5|4|1001")])
+            .await
+            .unwrap();
     let snapshot: Vec<Option<String>> = f
         .scripts
         .snapshot
@@ -456,6 +462,7 @@ async fn snapshot_and_adjust() {
         .key(f.keys.pending(f.g))
         .key(f.keys.epoch(f.g))
         .key(f.keys.holdback(f.g))
+        .key(out)
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -464,7 +471,8 @@ async fn snapshot_and_adjust() {
     assert_eq!(snapshot[2], None, "not recovering");
     assert_eq!(snapshot[3].as_deref(), Some("1"), "one order");
     assert_eq!(snapshot[4].as_deref(), Some("1"), "a's entry is pending");
-    let mut in_flight: Vec<String> = snapshot[5..].iter().flatten().cloned().collect();
+    assert_eq!(snapshot[5].as_deref(), Some("7"), "units in transit");
+    let mut in_flight: Vec<String> = snapshot[6..].iter().flatten().cloned().collect();
     in_flight.sort();
     let mut expected = vec![a.to_string(), b.to_string()];
     expected.sort();

@@ -100,14 +100,17 @@
     e.preventDefault();
     var f = field(e.target);
     var out = $('created');
-    var r = await call('POST', '/api/admin/goods', {
+    var sale = {
       name: f('name'),
       price_cents: cents(f('price')),
       seckill_price_cents: cents(f('seckill_price')),
       stock_total: Number(f('stock_total')),
       start_at: new Date(f('start_at')).toISOString(),
       end_at: new Date(f('end_at')).toISOString()
-    });
+    };
+    // Optional: left empty, the sale has the service's default (1 bucket).
+    if (f('buckets') !== '') sale.buckets = Number(f('buckets'));
+    var r = await call('POST', '/api/admin/goods', sale);
     out.textContent = '';
     if (r.status !== 201) {
       out.textContent = 'Not created: ' + r.message;

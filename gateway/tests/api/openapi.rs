@@ -337,6 +337,7 @@ fn audit() -> SaleAudit {
             loaded: true,
             epoch: None,
             stock: Some(7),
+            in_transit: 0,
             holdback: None,
             reservations_ordered: 2,
             reservations_in_flight: 1,
@@ -377,6 +378,7 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         stock_available: 99,
         start_at: at(1),
         end_at: at(2),
+        buckets: 1,
     };
     let new_goods = NewGoods {
         name: "phone".into(),
@@ -385,6 +387,7 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         stock_total: 100,
         start_at: at(1),
         end_at: at(2),
+        buckets: 1,
     };
     let accepted = OrderAccepted { status: SeckillStatus::Queued, request_id: uuid::Uuid::new_v4() };
 

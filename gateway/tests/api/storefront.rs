@@ -52,6 +52,7 @@ impl Shop {
             stock_available: units,
             start_at: now - chrono::Duration::minutes(1),
             end_at: now + chrono::Duration::hours(1),
+            buckets: 1,
         };
         goods.push(g.clone());
         g
@@ -376,6 +377,8 @@ async fn the_assets_and_the_admin_page_are_served() {
         assert!(html.contains(&format!("id=\"{id}\"")), "no #{id} in {html}");
     }
     assert!(html.contains("/static/admin.js?v="), "{html}");
+    // The new sale's stock buckets: optional, 1 to 8.
+    assert!(html.contains(r#"<input name="buckets" type="number" min="1" max="8""#), "{html}");
     assert_eq!(app.get("/static/admin.js").send().await.unwrap().status(), 200);
 }
 

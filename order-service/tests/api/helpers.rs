@@ -160,6 +160,7 @@ impl TestApp {
                 stock_total: stock,
                 start_at: Utc::now() - chrono::Duration::minutes(1),
                 end_at: Utc::now() + chrono::Duration::hours(1),
+                buckets: 1,
             })
             .send()
             .await

@@ -3,13 +3,15 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use seckill_common::amqp::{BroadcastKind, OrderRequest};
 use seckill_common::api::{OrderAccepted, SaleWindow, SeckillResult, SeckillStatus, TokenResponse};
-use seckill_common::scripts::StoredResult;
+use seckill_common::keys::SaleBucket;
+use seckill_common::scripts::{Epoch, StoredResult};
 use seckill_common::{ErrorCode, GoodsId, OrderId, UserId, headers};
 use seckill_web::{ApiError, AuthUser};
 use uuid::Uuid;
 
 use crate::batcher::Enqueued;
-use crate::gate::Reserve;
+use crate::buckets::Moved;
+use crate::gate::{GateError, Reserve};
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 use crate::{broadcast, restore};
@@ -53,13 +55,15 @@ pub async fn path_token(
         return Err(sold_out());
     }
     let _slot = state.in_flight.enter("token")?;
-    let token = state.gate.path_token(sale.id(), user.id, state.settings.token_ttl_secs).await?;
+    let token =
+        state.gate.path_token(sale.bucket_of(user.id), user.id, state.settings.token_ttl_secs).await?;
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
 }
 
 /// `POST /api/seckill/{goods_id}/orders`: sold-out flag, a slot among the requests in flight
-/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script, a place in the next
-/// confirmed message (`batcher`), 202. Nothing here touches the database.
+/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script in the buyer's bucket
+/// (more only when that bucket ran dry: see [`reserve`]), a place in the next confirmed
+/// message (`batcher`), 202. Nothing here touches the database.
 #[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id, request_id))]
 pub async fn order(
     state: web::Data<AppState>,
@@ -90,11 +94,13 @@ pub async fn order(
     };
 
     let (g, u) = (sale.id(), user.id);
+    let home = sale.bucket_of(u);
     let request_id = Uuid::new_v4();
-    let (outcome, epoch) = state.gate.reserve(g, u, request_id, now, token.as_deref()).await?;
+    let (outcome, epoch) = reserve(&state, &sale, home, u, request_id, now, token.as_deref()).await?;
     match outcome {
         Reserve::Reserved { left } => {
-            if left == 0 {
+            // With buckets, the buyer's one being empty says nothing of the others.
+            if left == 0 && sale.goods.buckets <= 1 {
                 flag_sold_out(&state, &sale, now);
             }
         }
@@ -111,13 +117,13 @@ pub async fn order(
         // Redis lost the sale (or never had it): rebuilt from the authorities in the
         // background; the path token was not touched, so the retry can use it.
         Reserve::NotLoaded => {
-            restore::start_rebuild(&state, g).await?;
+            restore::start_rebuild(&state, &sale).await?;
             return Err(restore::being_restored());
         }
     }
 
     tracing::Span::current().record("request_id", tracing::field::display(request_id));
-    let request = OrderRequest::new(request_id, u, g, now).with_epoch(epoch);
+    let request = OrderRequest::new(request_id, u, g, now).in_bucket(home).with_epoch(epoch);
     match state.batcher.enqueue(request).await {
         Enqueued::Accepted => {
             metrics::counter!("seckill_orders_accepted_total").increment(1);
@@ -125,6 +131,87 @@ pub async fn order(
         }
         Enqueued::Refused => Err(busy()),
     }
+}
+
+/// Most rounds of "move units into the buyer's bucket, reserve again" one request makes:
+/// other buyers of the bucket may take the units moved before this one's reserve runs. Past
+/// that the buyer is told to try again, never `SOLD_OUT` while a bucket may hold a unit.
+const REFILL_ROUNDS: usize = 16;
+
+/// Reserves in the buyer's bucket `home`. A sale of several buckets answers
+/// [`Reserve::SoldOut`] only when a look at every other bucket found each empty with nothing on
+/// its way out, and the buyer's own bucket was still empty after that look (units another
+/// buyer's transfer brought in meanwhile are found there): the dry bucket is given units by
+/// the others first (`buckets::Transfers`, half of a giver's at most), and the reserve runs
+/// again. A bucket that is not loaded among the others makes it [`Reserve::NotLoaded`]: the
+/// sale is rebuilt, and the buyer told to try again.
+async fn reserve(
+    state: &AppState,
+    sale: &Sale,
+    home: SaleBucket,
+    u: UserId,
+    request_id: Uuid,
+    now: i64,
+    token: Option<&str>,
+) -> Result<(Reserve, Option<Epoch>), ApiError> {
+    let mut token = token;
+    let mut others_empty = false;
+    for _ in 0..REFILL_ROUNDS {
+        let (outcome, epoch) = state.gate.reserve(home, u, request_id, now, token).await?;
+        if outcome != Reserve::SoldOut || sale.goods.buckets <= 1 || others_empty {
+            return Ok((outcome, epoch));
+        }
+        // The token was checked and spent before the stock was: the rounds after are the same
+        // click.
+        token = None;
+        match refill(state, sale, home).await? {
+            Refill::Moved => {}
+            // A transfer between its steps (a millisecond, or until the reconciler finishes
+            // it): a moment, and look again.
+            Refill::Sending => tokio::time::sleep(std::time::Duration::from_millis(2)).await,
+            Refill::Empty => others_empty = true,
+            Refill::NotLoaded => return Ok((Reserve::NotLoaded, epoch)),
+        }
+    }
+    Err(ApiError::new(ErrorCode::Busy, "the sale is very busy, try again"))
+}
+
+enum Refill {
+    Moved,
+    /// Every other bucket is empty, and none is sending units anywhere.
+    Empty,
+    /// None gave; one of them has units on their way out.
+    Sending,
+    /// None gave, and one of them is not loaded.
+    NotLoaded,
+}
+
+/// Asks the other buckets in turn, from the next one on, for units for `home`; the first that
+/// has some gives half of them (at most a bucket's first share).
+async fn refill(state: &AppState, sale: &Sale, home: SaleBucket) -> Result<Refill, GateError> {
+    let n = sale.goods.buckets;
+    let share = (sale.goods.stock_total + i64::from(n) - 1) / i64::from(n);
+    let share = share.max(1);
+    let (mut not_loaded, mut sending) = (false, false);
+    for step in 1..n {
+        let from = SaleBucket::new(home.goods, (home.bucket + step) % n);
+        match state.transfers.transfer(from, home, share).await? {
+            Moved::Units(units) => {
+                tracing::debug!(goods_id = %home.goods, from = from.bucket, to = home.bucket, units, "units moved to a dry bucket");
+                return Ok(Refill::Moved);
+            }
+            Moved::Empty => {}
+            Moved::Sending => sending = true,
+            Moved::NotLoaded => not_loaded = true,
+        }
+    }
+    Ok(if not_loaded {
+        Refill::NotLoaded
+    } else if sending {
+        Refill::Sending
+    } else {
+        Refill::Empty
+    })
 }
 
 fn busy() -> ApiError {
@@ -147,10 +234,10 @@ pub async fn result(
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
     let _slot = state.in_flight.enter("result")?;
-    let g = sale.id();
-    let stored = match state.gate.result(g, user.id).await? {
+    let at = sale.bucket_of(user.id);
+    let stored = match state.gate.result(at, user.id).await? {
         Some(known) => known,
-        None => from_orders(&state, g, user.id).await?,
+        None => from_orders(&state, at, user.id).await?,
     };
     let status = match stored {
         StoredResult::NoOrder if in_doubt(&state, &sale).await? => SeckillStatus::Queued,
@@ -169,22 +256,23 @@ pub async fn result(
 /// Whether a buyer without an order may still have a request waiting in the broker: the sale
 /// recovers from a loss of its Redis data, or (open, and missing in Redis) is about to.
 async fn in_doubt(state: &AppState, sale: &Sale) -> Result<bool, ApiError> {
-    let (recovering, loaded) = state.gate.recovering(sale.id()).await?;
+    let (recovering, loaded) = state.gate.recovering(&sale.buckets()).await?;
     Ok(recovering || (!loaded && sale.window_now() != SaleWindow::Ended))
 }
 
 /// The buyer's result as the order authority knows it, written back to Redis.
-async fn from_orders(state: &AppState, g: GoodsId, u: UserId) -> Result<StoredResult, ApiError> {
-    let order = state.orders.active_of(g, u).await.map_err(|e| ApiError::unavailable("order-service", e))?;
+async fn from_orders(state: &AppState, at: SaleBucket, u: UserId) -> Result<StoredResult, ApiError> {
+    let order =
+        state.orders.active_of(at.goods, u).await.map_err(|e| ApiError::unavailable("order-service", e))?;
     Ok(match order {
         Some(o) => {
             let found = StoredResult::Success(o.order_id.get());
-            state.gate.set_result(g, u, found, None).await?;
+            state.gate.set_result(at, u, found, None).await?;
             metrics::counter!("seckill_results_from_orders_total").increment(1);
             found
         }
         None => {
-            state.gate.set_result(g, u, StoredResult::NoOrder, Some(NO_ORDER_TTL_SECS)).await?;
+            state.gate.set_result(at, u, StoredResult::NoOrder, Some(NO_ORDER_TTL_SECS)).await?;
             StoredResult::NoOrder
         }
     })

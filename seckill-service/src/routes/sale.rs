@@ -25,7 +25,8 @@ pub async fn sale_state(
     if !sold_out && sale.sold_out_lapsed(now) {
         // Raised again for another period, so the next views read the flag. Redis not
         // answering: the flag stays down, and a click says for sure.
-        if let Ok(Some(0)) = state.gate.stock(sale.id()).await {
+        let stocks = state.gate.stocks(&sale.buckets()).await;
+        if stocks.is_ok_and(|s| s.iter().all(|units| *units == Some(0))) {
             sale.flag_sold_out(now, state.settings.sold_out_recheck());
             sold_out = true;
         }

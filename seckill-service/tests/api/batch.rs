@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use lapin::options::QueueDeleteOptions;
 use seckill_common::UserId;
 use seckill_common::config::AmqpSettings;
+use seckill_common::keys::SaleBucket;
 use seckill_infra::amqp::{Declare, declare};
 use seckill_testkit::amqp_url;
 use uuid::Uuid;
@@ -51,7 +52,7 @@ async fn concurrent_buyers_share_confirmed_messages_of_at_most_the_batch_size() 
         batches.iter().map(Vec::len).collect::<Vec<_>>()
     );
     assert!(batches.len() < 40, "requests shared messages: {} messages", batches.len());
-    let epoch = app.gate().await.epoch(g).await.unwrap();
+    let epoch = app.gate().await.epoch(SaleBucket::new(g, 0)).await.unwrap();
     assert!(batches.iter().flatten().all(|r| r.goods_id == g && r.epoch == epoch));
 
     assert_eq!(app.redis_stock(g).await, Some(60));
@@ -86,7 +87,11 @@ async fn a_batch_the_broker_does_not_take_is_given_back_whole() {
     let gate = app.gate().await;
     for &u in &buyers {
         assert_eq!(app.held_by(g, u).await, None, "user {u} holds nothing");
-        assert_eq!(gate.result(g, UserId::new(u).unwrap()).await.unwrap(), None, "user {u}");
+        assert_eq!(
+            gate.result(SaleBucket::new(g, 0), UserId::new(u).unwrap()).await.unwrap(),
+            None,
+            "user {u}"
+        );
     }
 
     // Once the queue is back, the same buyers are accepted.

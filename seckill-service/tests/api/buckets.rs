@@ -118,6 +118,28 @@ async fn a_transfer_moves_half_of_the_giving_bucket_at_most_what_is_asked() {
     }
 }
 
+/// An empty bucket whose own transfer is between its steps says so (the asking bucket may be
+/// about to get those units: no reason yet to tell a buyer sold out); one whose only unsettled
+/// transfer is a second old or more (its process died; the reconciler finishes it) is empty.
+#[tokio::test]
+async fn an_empty_bucket_that_is_sending_units_says_so_for_a_moment() {
+    for place in Place::all("an_empty_bucket_that_is_sending").await {
+        let (from, to, other) =
+            (SaleBucket::new(sale(9), 1), SaleBucket::new(sale(9), 0), SaleBucket::new(sale(9), 2));
+        place.set_stock(from, 2).await;
+        place.set_stock(to, 0).await;
+        place.set_stock(other, 0).await;
+        let now = chrono::Utc::now().timestamp_millis();
+        assert_eq!(place.take_only(from, to, "under-way", 10, now).await, 1);
+        assert_eq!(place.take_only(from, to, "under-way-too", 10, now).await, 1);
+        assert_eq!(place.transfers.transfer(from, other, 10).await.unwrap(), Moved::Sending);
+        assert_eq!(place.take_only(from, other, "x", 10, now + 999).await, scripts::TRANSFER_EMPTY_SENDING);
+        assert_eq!(place.take_only(from, other, "x", 10, now + 1_000).await, 0, "a dead process's");
+        assert_eq!(place.stock(from).await, Some(0));
+        assert_eq!(place.transfers.in_transit(from).await.unwrap(), 2);
+    }
+}
+
 #[tokio::test]
 async fn a_transfer_cut_after_its_take_is_finished_once_by_the_reconciler() {
     for place in Place::all("a_transfer_cut_after_its_take").await {
@@ -207,7 +229,7 @@ async fn the_units_of_a_sale_are_conserved_whatever_the_transfers_and_cuts() {
                 }
                 match place.transfers.transfer(from, to, 3).await.unwrap() {
                     Moved::Units(n) => n,
-                    Moved::Empty => 0,
+                    Moved::Empty | Moved::Sending => 0,
                     Moved::NotLoaded => panic!("bucket {from:?} not loaded"),
                 }
             }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use seckill_common::api::ActiveOrder;
+use seckill_common::keys::SaleBucket;
 use seckill_common::scripts::StoredResult;
 use seckill_common::{OrderId, UserId};
 use uuid::Uuid;
@@ -52,7 +53,11 @@ async fn an_accepted_buy_publishes_one_signed_message_and_holds_one_unit() {
     assert_eq!(messages.len(), 1, "{messages:?}");
     let m = messages[0];
     assert_eq!((m.request_id, m.user_id.get(), m.goods_id), (request_id, 20, g));
-    assert_eq!(m.epoch, app.gate().await.epoch(g).await.unwrap(), "the message carries the sale's epoch");
+    assert_eq!(
+        m.epoch,
+        app.gate().await.epoch(SaleBucket::new(g, 0)).await.unwrap(),
+        "the message carries the sale's epoch"
+    );
 
     assert_eq!(app.redis_stock(g).await, Some(4));
     assert_eq!(app.held_by(g, 20).await, Some(request_id.to_string()));
@@ -125,11 +130,17 @@ async fn the_result_poll_answers_from_redis_then_from_the_order_authority() {
     assert_eq!(status, 200, "{body}");
     assert_eq!((body["status"].as_str(), body["order_id"].as_i64()), (Some("success"), Some(4242)));
     let gate = app.gate().await;
-    assert_eq!(gate.result(g, UserId::new(51).unwrap()).await.unwrap(), Some(StoredResult::Success(4242)));
+    assert_eq!(
+        gate.result(SaleBucket::new(g, 0), UserId::new(51).unwrap()).await.unwrap(),
+        Some(StoredResult::Success(4242))
+    );
 
     let (status, body) = app.result(52, g).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("none")), "{body}");
-    assert_eq!(gate.result(g, UserId::new(52).unwrap()).await.unwrap(), Some(StoredResult::NoOrder));
+    assert_eq!(
+        gate.result(SaleBucket::new(g, 0), UserId::new(52).unwrap()).await.unwrap(),
+        Some(StoredResult::NoOrder)
+    );
 
     // Every call carried seckill-service's credential.
     assert_eq!(app.orders.book.signed_calls.load(std::sync::atomic::Ordering::SeqCst), 2);

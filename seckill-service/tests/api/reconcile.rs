@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use seckill_common::UserId;
+use seckill_common::keys::SaleBucket;
 use seckill_common::scripts::StoredResult;
 use seckill_service::gate::Reserve;
 use seckill_service::sales::now_ms;
@@ -29,9 +30,10 @@ async fn a_reservation_without_a_message_is_published_again_and_never_given_back
     // (the process died between the script and the publish): one a minute old, one fresh.
     let (old, fresh) = (Uuid::new_v4(), Uuid::new_v4());
     let reserved_at = now_ms();
-    let (outcome, epoch) = gate.reserve(g, user(60), old, reserved_at - 60_000, None).await.unwrap();
+    let (outcome, epoch) =
+        gate.reserve(SaleBucket::new(g, 0), user(60), old, reserved_at - 60_000, None).await.unwrap();
     assert_eq!(outcome, Reserve::Reserved { left: 4 });
-    let (outcome, _) = gate.reserve(g, user(61), fresh, reserved_at, None).await.unwrap();
+    let (outcome, _) = gate.reserve(SaleBucket::new(g, 0), user(61), fresh, reserved_at, None).await.unwrap();
     assert_eq!(outcome, Reserve::Reserved { left: 3 });
     // And a buy whose message was confirmed: the reconciler leaves it alone.
     let (status, body) = app.buy(62, g).await;
@@ -75,6 +77,10 @@ async fn a_reservation_without_a_message_is_published_again_and_never_given_back
     assert_eq!(app.held_by(g, 60).await, Some(old.to_string()));
     assert_eq!(app.held_by(g, 61).await, Some(fresh.to_string()));
     for u in [60, 61] {
-        assert_eq!(gate.result(g, user(u)).await.unwrap(), Some(StoredResult::Queued), "user {u}");
+        assert_eq!(
+            gate.result(SaleBucket::new(g, 0), user(u)).await.unwrap(),
+            Some(StoredResult::Queued),
+            "user {u}"
+        );
     }
 }

@@ -96,3 +96,49 @@ async fn the_list_is_kept_briefly_and_a_creation_here_is_listed_at_once() {
     assert_eq!(listed.iter().map(|g| g.id).collect::<Vec<_>>(), vec![second.id, first.id]);
     assert_eq!(listed[0], second);
 }
+
+/// A sale's `buckets` (the Redis keys its stock is split over) is kept and shown: 1 unless
+/// asked, and only 1 to 8.
+#[tokio::test]
+async fn buckets_are_kept_shown_defaulted_and_checked() {
+    use seckill_common::api::Goods;
+
+    let app = spawn_app();
+    let body = json!({"name": "x", "price_cents": 10, "seckill_price_cents": 5, "stock_total": 8,
+        "start_at": "2030-01-01T00:00:00Z", "end_at": "2030-01-02T00:00:00Z"});
+    let create = |buckets: Option<u8>| {
+        let mut body = body.clone();
+        if let Some(b) = buckets {
+            body["buckets"] = json!(b);
+        }
+        app.signed(Peer::Seckill, Method::POST, "/internal/stock/goods").json(&body).send()
+    };
+
+    let res = create(Some(4)).await.unwrap();
+    assert_eq!(res.status(), 201);
+    let four: Goods = res.json().await.unwrap();
+    assert_eq!(four.buckets, 4);
+    assert_eq!(app.goods(&four).await.buckets, 4, "GET by id");
+
+    let res = create(None).await.unwrap();
+    assert_eq!(res.status(), 201);
+    let one: Goods = res.json().await.unwrap();
+    assert_eq!(one.buckets, 1, "one bucket unless asked");
+    assert_eq!(app.goods(&one).await.buckets, 1);
+
+    let list: Vec<Goods> =
+        app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap().json().await.unwrap();
+    assert_eq!(list.iter().map(|g| (g.id, g.buckets)).collect::<Vec<_>>(), vec![(one.id, 1), (four.id, 4)]);
+    assert_eq!(list, vec![one, four]);
+
+    for wrong in [0, 9] {
+        let res = create(Some(wrong)).await.unwrap();
+        assert_eq!(res.status(), 400, "buckets {wrong}");
+        let err: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(err["code"], "INVALID_INPUT", "buckets {wrong}");
+        assert!(err["message"].as_str().unwrap().contains("buckets"), "buckets {wrong}: {err}");
+    }
+    let list: Vec<Goods> =
+        app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap().json().await.unwrap();
+    assert_eq!(list.len(), 2, "nothing refused was created");
+}

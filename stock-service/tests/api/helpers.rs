@@ -71,6 +71,7 @@ impl TestApp {
                 stock_total: stock,
                 start_at: Utc::now() - Duration::minutes(1),
                 end_at: Utc::now() + Duration::hours(1),
+                buckets: 1,
             })
             .send()
             .await

@@ -7,7 +7,6 @@
 //! that no client should see (a 5xx other than 503 and 504, an unexpected status) is recorded
 //! with when, who and what.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -246,11 +245,11 @@ fn is(a: &Answer, status: u16, c: ErrorCode) -> bool {
 
 /// `users` arrive evenly over `over`, each running [`buyer`] (the `i`th on gateway `i % n`);
 /// returns their logs.
-pub async fn arrive(load: Arc<Load>, users: Range<i64>, over: Duration, late: bool) -> Vec<BuyerLog> {
-    let n = (users.end - users.start).max(1) as f64;
+pub async fn arrive(load: Arc<Load>, users: Vec<i64>, over: Duration, late: bool) -> Vec<BuyerLog> {
+    let n = users.len().max(1) as f64;
     let start = tokio::time::Instant::now();
     let mut set = JoinSet::new();
-    for (i, user) in users.enumerate() {
+    for (i, user) in users.into_iter().enumerate() {
         tokio::time::sleep_until(start + over.mul_f64(i as f64 / n)).await;
         let endpoint = load.endpoint(i).clone();
         set.spawn(buyer(load.clone(), endpoint, user, late));

@@ -158,6 +158,9 @@ pub struct Case {
     pub steps: Vec<Step>,
     /// Buyers arrive evenly over this long from the sale's opening.
     pub arrive_over: Duration,
+    /// Stock buckets of the case's sale; with more than one, three buyers in four are served
+    /// by bucket 0, so units keep moving to it from the others.
+    pub buckets: u8,
     /// Replicas of every service (buyers spread over the gateways).
     pub replicas: usize,
     pub extra: Vec<Extra>,
@@ -196,7 +199,7 @@ impl Timing {
 }
 
 /// The CI subset run by `--quick`.
-pub const QUICK: [&str; 3] = ["kill9-order", "redis-flush-kill", "replicas"];
+pub const QUICK: [&str; 4] = ["kill9-order", "kill9-seckill-buckets", "redis-flush-kill", "replicas"];
 
 /// Most replicas of a service any case runs (the ports the suite may take).
 pub const MAX_REPLICAS: usize = 2;
@@ -219,10 +222,25 @@ pub fn all(t: Timing) -> Vec<Case> {
                 Back,
             ],
             arrive_over: t.arrive_over,
+            buckets: 1,
             replicas: 1,
             extra: Vec::new(),
         });
     }
+    let seckill = Unit::first(Svc::Seckill);
+    cases.push(Case {
+        name: "kill9-seckill-buckets".into(),
+        fault: format!(
+            "kill -9 of seckill-service mid-sale on a sale split over 8 stock buckets, three buyers in four \
+             served by one bucket (units keep moving to it from the others), started again {:.0} s later",
+            secs(t.down)
+        ),
+        steps: vec![Wait(t.fault_at), Fault, Kill9(vec![seckill]), Wait(t.down), Start(seckill), Back],
+        arrive_over: t.arrive_over,
+        buckets: 8,
+        replicas: 1,
+        extra: Vec::new(),
+    });
     for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
         cases.push(Case {
             name: format!("sigterm-{}", svc.short()),
@@ -232,6 +250,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             ),
             steps: vec![Wait(t.fault_at), Fault, Term(Unit::first(svc)), Start(Unit::first(svc)), Back],
             arrive_over: t.arrive_over,
+            buckets: 1,
             replicas: 1,
             extra: Vec::new(),
         });
@@ -254,6 +273,7 @@ pub fn all(t: Timing) -> Vec<Case> {
         ],
         // Buyers keep arriving after the broker is back (its restart takes several seconds).
         arrive_over: t.arrive_over + Duration::from_secs(4),
+        buckets: 1,
         replicas: 1,
         extra: Vec::new(),
     });
@@ -275,6 +295,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             Back,
         ],
         arrive_over: t.arrive_over,
+        buckets: 1,
         replicas: 1,
         extra: Vec::new(),
     });
@@ -294,6 +315,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             Back,
         ],
         arrive_over: t.arrive_over,
+        buckets: 1,
         replicas: 1,
         extra: Vec::new(),
     });
@@ -302,6 +324,7 @@ pub fn all(t: Timing) -> Vec<Case> {
         fault: "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)".into(),
         steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, "restart"), Back],
         arrive_over: t.arrive_over,
+        buckets: 1,
         replicas: 1,
         extra: Vec::new(),
     });
@@ -314,6 +337,7 @@ pub fn all(t: Timing) -> Vec<Case> {
         ),
         steps: vec![Wait(before), Fault, Term(order), Wait(t.long_outage), Start(order), Back],
         arrive_over: t.arrive_over,
+        buckets: 1,
         replicas: 1,
         extra: Vec::new(),
     });
@@ -337,6 +361,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             Back,
         ],
         arrive_over: t.arrive_over,
+        buckets: 1,
         replicas: 2,
         extra: vec![Extra::SoldOutEverywhere, Extra::ConsumersShare, Extra::OneLimit],
     });
@@ -370,7 +395,7 @@ mod tests {
     #[test]
     fn every_case_marks_its_fault_and_its_return() {
         let cases = all(Timing::new(false));
-        assert_eq!(cases.len(), 14);
+        assert_eq!(cases.len(), 15);
         for c in &cases {
             assert!((1..=MAX_REPLICAS).contains(&c.replicas), "{}", c.name);
             // A step may only act on a replica the case runs.
@@ -401,7 +426,7 @@ mod tests {
             ["kill9-gateway", "order-down-15s"]
         );
         assert!(select(t, false, &["nope".into()]).is_err());
-        assert_eq!(select(t, false, &[]).unwrap().len(), 14);
+        assert_eq!(select(t, false, &[]).unwrap().len(), 15);
     }
 
     #[test]

@@ -265,7 +265,9 @@ async fn run_sale(
     let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
     let label = format!("faults {}", case.name);
-    let goods = create_sale(&mut admin, &admin_token, &label, r.units, chrono::Duration::seconds(1)).await?;
+    let goods =
+        create_sale(&mut admin, &admin_token, &label, r.units, case.buckets, chrono::Duration::seconds(1))
+            .await?;
     let g = goods.id.get();
     r.goods_id = Some(g);
     let t0 = Instant::now();
@@ -291,7 +293,8 @@ async fn run_sale(
     // Distinct users per case, so no case sees another's reservations or orders; the users
     // just below the buyers' are the case's own probes.
     let first = (index as i64 + 1) * 1_000_000;
-    let users = first..first + r.buyers_planned;
+    let users = case_users(first, r.buyers_planned, case.buckets);
+    let next_user = first + r.buyers_planned * i64::from(case.buckets);
     let mut consumed =
         if case.extra.contains(&Extra::ConsumersShare) { Some(Consumed::start(fleet).await) } else { None };
     let admins = (0..case.replicas)
@@ -320,7 +323,7 @@ async fn run_sale(
     let took_part = logs.iter().filter(|l| l.took_part()).count() as i64;
     if took_part > r.units {
         let since = t0.elapsed().as_secs_f64();
-        let late = late_buyers(&endpoints, servers, g, t0, r.units, first + r.buyers_planned).await?;
+        let late = late_buyers(&endpoints, servers, g, t0, r.units, next_user).await?;
         if !late.is_empty() {
             let bought =
                 late.iter().filter(|l| l.accepted.iter().any(|a| a.state == FinalState::Success)).count();
@@ -441,6 +444,17 @@ async fn run_steps(
 
 /// Late buyers, four at a time, while the database has fewer active orders than units, for
 /// up to [`LATE_FOR`].
+/// The case's `count` buyers from user `first` on. A sale of `buckets` > 1: three in four
+/// served by bucket 0 (user ids multiples of `buckets` from `first`, itself one), the fourth by
+/// the others in turn.
+fn case_users(first: i64, count: i64, buckets: u8) -> Vec<i64> {
+    let n = i64::from(buckets.max(1));
+    if n == 1 {
+        return (first..first + count).collect();
+    }
+    (0..count).map(|i| first + n * i + if i % 4 == 3 { 1 + i % (n - 1) } else { 0 }).collect()
+}
+
 async fn late_buyers(
     endpoints: &[Arc<Endpoint>],
     servers: &Servers,
@@ -467,7 +481,9 @@ async fn late_buyers(
         if active >= units || Instant::now() >= deadline || late.len() >= MAX_LATE {
             return Ok(late);
         }
-        late.extend(buyers::arrive(load.clone(), next_user..next_user + 4, Duration::ZERO, true).await);
+        late.extend(
+            buyers::arrive(load.clone(), (next_user..next_user + 4).collect(), Duration::ZERO, true).await,
+        );
         next_user += 4;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -626,6 +642,18 @@ fn print_case(r: &CaseResult) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_case_sends_three_buyers_in_four_to_bucket_zero() {
+        assert_eq!(case_users(1_000_000, 3, 1), [1_000_000, 1_000_001, 1_000_002]);
+        let users = case_users(2_000_000, 400, 8);
+        assert_eq!(users.iter().collect::<std::collections::BTreeSet<_>>().len(), 400, "distinct");
+        assert_eq!(users.iter().filter(|u| *u % 8 == 0).count(), 300);
+        let others: std::collections::BTreeSet<i64> =
+            users.iter().map(|u| u % 8).filter(|b| *b != 0).collect();
+        assert_eq!(others.len(), 7, "the fourth buyer spread over the other buckets");
+        assert!(users.iter().all(|u| *u < 2_000_000 + 400 * 8), "below the late buyers");
+    }
 
     pub(crate) fn config() -> Config {
         Config {

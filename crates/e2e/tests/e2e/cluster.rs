@@ -137,18 +137,19 @@ async fn the_shared_rate_limits_hold_on_a_cluster_for_users_in_every_group() {
     }
 }
 
-/// Redis loses the sale's data mid-sale on a cluster (the sale's node restarted without
-/// persistence, or failed over to a replica that missed the last writes), with 30 accepted
-/// requests waiting in the queue: the same run as on one server (`redis_loss`), the same
-/// outcome: nothing accepted lost, every result agreeing with the orders, exactly the stock.
+/// Redis loses the sale's data mid-sale on a cluster (the sale's nodes restarted without
+/// persistence, or failed over to replicas that missed the last writes), with 30 accepted
+/// requests waiting in the queue: the same run as on one server (`redis_loss`), the sale's
+/// stock split over four buckets on the cluster's nodes, the same outcome: nothing accepted
+/// lost, every result agreeing with the orders, exactly the stock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_losing_the_sales_data_with_requests_queued_loses_nothing() {
     let Some(nodes) = seckill_testkit::redis_cluster_url("losing_the_sales_data_on_a_cluster") else {
         return;
     };
-    crate::redis_loss::losing_everything_with_requests_queued(Options {
-        redis_cluster: Some(nodes),
-        ..Options::default()
-    })
+    crate::redis_loss::losing_everything_with_requests_queued(
+        Options { redis_cluster: Some(nodes), ..Options::default() },
+        4,
+    )
     .await;
 }

@@ -2,6 +2,7 @@
 //! each test has its own databases, Redis key prefix and queue names.
 
 mod bad_input;
+mod buckets;
 mod cluster;
 mod flash_sale;
 /// The harness, under the name the tests use.

@@ -58,16 +58,16 @@ async fn outcome(
 /// the recovery ends, Redis, the ledger and the orders agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_losing_everything_with_requests_queued_loses_nothing() {
-    losing_everything_with_requests_queued(Options::default()).await;
+    losing_everything_with_requests_queued(Options::default(), 1).await;
 }
 
 /// The run above on a system started with `options` (the cluster tests: on a Redis Cluster,
-/// where the loss is that of the sale's node).
-pub(crate) async fn losing_everything_with_requests_queued(options: Options) {
+/// where the loss is that of the sale's nodes), the sale's stock split over `buckets`.
+pub(crate) async fn losing_everything_with_requests_queued(options: Options, buckets: u8) {
     // Two replicas: one rebuilds, the other waits for it (503, retried) and follows.
     let sys = Arc::new(spawn_system_with(Options { seckill_replicas: 2, ..options }));
     let stock = 40;
-    let g = sale(&sys, stock).await;
+    let g = sys.open_sale_in(stock, buckets).await.id;
     let first: Vec<i64> = (1_001..=1_030).collect();
     let second: Vec<i64> = (1_031..=1_090).collect();
     let tokens = tokens(&sys, first.iter().chain(&second).copied()).await;
@@ -149,7 +149,7 @@ pub(crate) async fn losing_everything_with_requests_queued(options: Options) {
         sys.audit(g).await.agrees
     })
     .await;
-    assert_eq!(sys.redis_stock(g).await, Some(0));
+    assert_eq!(sys.redis_bucket_stocks(g, buckets).await, vec![Some(0); usize::from(buckets)]);
     assert_eq!(sys.queue_depth(&sys.amqp_names.orders_dead_queue()).await, 0, "nothing dead-lettered");
 }
 

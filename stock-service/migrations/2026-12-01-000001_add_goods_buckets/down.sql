@@ -1,0 +1,1 @@
+ALTER TABLE goods DROP COLUMN buckets;
