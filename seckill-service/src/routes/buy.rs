@@ -114,8 +114,10 @@ pub async fn order(
         Reserve::BadToken => {
             return Err(ApiError::new(ErrorCode::BadToken, "the path token is wrong, used or expired"));
         }
-        // Redis lost the sale (or never had it): rebuilt from the authorities in the
-        // background; the path token was not touched, so the retry can use it.
+        // Redis lost the sale, or a bucket of it (or never had it): rebuilt from the
+        // authorities in the background. When the buyer's own bucket is the one missing, the
+        // path token was not touched and the retry can use it; when another is, the token was
+        // spent, and the retry fetches a new one (as after any 503 BUSY).
         Reserve::NotLoaded => {
             restore::start_rebuild(&state, &sale).await?;
             return Err(restore::being_restored());
@@ -197,6 +199,7 @@ async fn refill(state: &AppState, sale: &Sale, home: SaleBucket) -> Result<Refil
         let from = SaleBucket::new(home.goods, (home.bucket + step) % n);
         match state.transfers.transfer(from, home, share).await? {
             Moved::Units(units) => {
+                metrics::counter!("seckill_bucket_units_moved_total").increment(units.unsigned_abs());
                 tracing::debug!(goods_id = %home.goods, from = from.bucket, to = home.bucket, units, "units moved to a dry bucket");
                 return Ok(Refill::Moved);
             }
