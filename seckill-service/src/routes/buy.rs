@@ -243,7 +243,7 @@ pub async fn result(
         None => from_orders(&state, at, user.id).await?,
     };
     let status = match stored {
-        StoredResult::NoOrder if in_doubt(&state, &sale).await? => SeckillStatus::Queued,
+        StoredResult::NoOrder if in_doubt(&state, &sale, at).await? => SeckillStatus::Queued,
         StoredResult::NoOrder => SeckillStatus::None,
         StoredResult::Queued => SeckillStatus::Queued,
         StoredResult::Failed => SeckillStatus::Failed,
@@ -256,10 +256,12 @@ pub async fn result(
     Ok(HttpResponse::Ok().json(SeckillResult { status, order_id }))
 }
 
-/// Whether a buyer without an order may still have a request waiting in the broker: the sale
-/// recovers from a loss of its Redis data, or (open, and missing in Redis) is about to.
-async fn in_doubt(state: &AppState, sale: &Sale) -> Result<bool, ApiError> {
-    let (recovering, loaded) = state.gate.recovering(&sale.buckets()).await?;
+/// Whether a buyer without an order may still have a request waiting in the broker: the
+/// buyer's bucket (`at`, where all their requests were taken) recovers from a loss of its
+/// Redis data, or (open, and missing in Redis) is about to. Another bucket's loss lost none
+/// of this buyer's requests.
+async fn in_doubt(state: &AppState, sale: &Sale, at: SaleBucket) -> Result<bool, ApiError> {
+    let (recovering, loaded) = state.gate.recovering(&[at]).await?;
     Ok(recovering || (!loaded && sale.window_now() != SaleWindow::Ended))
 }
 
