@@ -6,6 +6,7 @@
 //!
 //! The end-to-end tests are in `tests/`; the load tool's smoke test uses the same harness.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -339,6 +340,17 @@ impl System {
     /// order-service's own address (through the relay that outlives its restarts).
     pub fn order_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.order_relay.port)
+    }
+
+    /// A user token for each of `users`, a hundred minted at a time.
+    pub async fn dev_tokens(&self, users: &[i64]) -> HashMap<i64, String> {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(
+            users.iter().map(|u| async move { (*u, self.dev_token(*u, "user").await) }),
+        )
+        .buffer_unordered(100)
+        .collect()
+        .await
     }
 
     pub async fn dev_token(&self, user: i64, role: &str) -> String {

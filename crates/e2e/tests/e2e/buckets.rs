@@ -29,20 +29,6 @@ fn systems(test: &str, options: Options) -> Vec<Arc<System>> {
     out
 }
 
-async fn tokens(sys: &Arc<System>, users: &[i64]) -> HashMap<i64, String> {
-    let limit = Arc::new(Semaphore::new(100));
-    join_all(users.iter().map(|u| {
-        let (sys, limit, u) = (sys.clone(), limit.clone(), *u);
-        async move {
-            let _permit = limit.acquire().await.unwrap();
-            (u, sys.dev_token(u, "user").await)
-        }
-    }))
-    .await
-    .into_iter()
-    .collect()
-}
-
 /// Every click at once (at most 100 in flight), each answer with its user.
 async fn click_all(
     sys: &Arc<System>,
@@ -83,7 +69,7 @@ async fn buyers_of_one_bucket_buy_every_unit_and_nobody_is_told_sold_out_while_o
         assert!(buyers.iter().all(|u| u % 4 == 1));
         let others = [20_002, 20_003, 20_004];
         let all: Vec<i64> = buyers.iter().chain(&others).copied().collect();
-        let tokens = tokens(&sys, &all).await;
+        let tokens = sys.dev_tokens(&all).await;
 
         let clicks: Vec<i64> = buyers.iter().chain(&buyers[..10]).copied().collect();
         let mut accepted = BTreeSet::new();
@@ -193,7 +179,7 @@ async fn transfers_cut_after_any_step_lose_and_double_nothing() {
         assert!(sys.audit(g).await.agrees);
 
         let buyers: Vec<i64> = (30_001..=30_060).collect();
-        let tokens = tokens(&sys, &buyers).await;
+        let tokens = sys.dev_tokens(&buyers).await;
         let mut accepted = BTreeSet::new();
         for (u, (status, body)) in click_all(&sys, &tokens, &buyers, g).await {
             match (status, body["code"].as_str()) {
@@ -230,7 +216,7 @@ async fn a_bucket_lost_alone_is_rebuilt_and_the_sale_sells_exactly_its_stock() {
         let first: Vec<i64> = (40_000..40_012).collect();
         let late: Vec<i64> = (40_100..40_160).collect();
         let all: Vec<i64> = first.iter().chain(&late).copied().collect();
-        let tokens = tokens(&sys, &all).await;
+        let tokens = sys.dev_tokens(&all).await;
         for u in &first {
             sys.buy_order(&tokens[u], g).await;
         }

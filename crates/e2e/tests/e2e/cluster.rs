@@ -34,16 +34,8 @@ async fn five_sales_at_once_on_a_cluster_sell_exactly_their_stock_one_per_user()
     let limit = Arc::new(Semaphore::new(200));
     let buyers: Vec<(usize, i64)> =
         (0..sales.len()).flat_map(|s| (0..100).map(move |i| (s, 10_000 * (s as i64 + 1) + i))).collect();
-    let tokens: HashMap<i64, String> = join_all(buyers.iter().map(|(_, u)| {
-        let (sys, limit, u) = (sys.clone(), limit.clone(), *u);
-        async move {
-            let _permit = limit.acquire().await.unwrap();
-            (u, sys.dev_token(u, "user").await)
-        }
-    }))
-    .await
-    .into_iter()
-    .collect();
+    let users: Vec<i64> = buyers.iter().map(|(_, u)| *u).collect();
+    let tokens = sys.dev_tokens(&users).await;
 
     // All the sales' clicks interleaved, so the order consumer's batches mix sales.
     let clicks = buyers.iter().chain(buyers.iter().filter(|(_, u)| u % 100 < 10)).map(|(s, u)| {
