@@ -124,14 +124,15 @@ pub async fn run(a: &GateArgs) -> anyhow::Result<GateReport> {
     let workers = (0..a.connections).map(|_| {
         let (redis, keys, script) = (redis.clone(), keys.clone(), script.clone());
         let (next_user, errors) = (next_user.clone(), errors.clone());
-        let buckets = u64::from(a.buckets);
+        let buckets = a.buckets;
         tokio::spawn(async move {
             let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
             let mut conn = redis;
             while Instant::now() < deadline {
                 let n = next_user.fetch_add(1, Ordering::Relaxed);
                 let user = UserId::new(i64::try_from(n).unwrap_or(i64::MAX)).expect("a positive user id");
-                let at = SaleBucket::new(g, u8::try_from(n % buckets).unwrap_or(0));
+                // The bucket the service serves this buyer from.
+                let at = SaleBucket::of_user(g, buckets, user);
                 let call = Instant::now();
                 let answer: redis::RedisResult<(i64, Option<String>)> = script
                     .key(keys.bucket_stock(at))
