@@ -133,6 +133,11 @@ impl Fleet {
     }
 
     /// Replicas of every service now.
+    /// The Redis the services use.
+    pub fn redis_url(&self) -> &str {
+        &self.backends.redis_url
+    }
+
     pub fn replicas(&self) -> usize {
         self.replicas
     }

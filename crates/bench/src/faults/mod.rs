@@ -20,6 +20,7 @@ pub mod doc;
 pub mod fleet;
 pub mod replicas;
 pub mod servers;
+pub mod transfers;
 pub mod verdict;
 
 use std::collections::HashMap;
@@ -55,6 +56,10 @@ const READ_FOR: Duration = Duration::from_secs(60);
 /// Redis-loss recovery after the 3 s confirm timeout and two 1 s ticks, the sweeper's 5 s
 /// grace) have all had their turn by then.
 const SETTLE: Duration = Duration::from_secs(8);
+/// Past the usual settling, how long a case on a sale of several buckets waits for a transfer
+/// a killed process left half done (the reconciler's `seckill.reconcile_after_secs`, 5 s here,
+/// and its tick).
+const TRANSFERS_SETTLE: Duration = Duration::from_secs(10);
 /// A result still `queued` at the end is read again for up to this long before it counts as
 /// stuck: `queued` is not an end state.
 const REQUEUED_FOR: Duration = Duration::from_secs(30);
@@ -354,6 +359,9 @@ async fn run_sale(
     }
     if let Some(h) = &hot {
         checks.push(replicas::one_limit(h));
+    }
+    if case.buckets > 1 {
+        checks.push(transfers::settled(fleet.redis_url(), g, case.buckets, TRANSFERS_SETTLE).await);
     }
     r.figures = Some(figures);
     r.checks = checks;
