@@ -1,4 +1,6 @@
-//! The Redis side of a sale: stock loading, the reserve/undo scripts, path tokens, results.
+//! The Redis side of a sale: stock loading, the reserve/undo scripts, path tokens, results,
+//! each on the keys of one bucket of the sale (`keys::SaleBucket`; a sale of one bucket is
+//! bucket 0, the sale's own keys).
 //! Every call is bounded by `redis.timeout_ms`, which the shared connection itself enforces
 //! (`seckill_infra::redis::connect`); a Redis that does not answer is a 503.
 

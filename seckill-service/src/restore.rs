@@ -128,9 +128,10 @@ async fn rebuild_locked(state: &AppState, sale: &Sale) -> Result<(), ApiError> {
     let in_flight = snapshot.in_flight();
     let in_flight_count = i64::try_from(in_flight.len()).unwrap_or(i64::MAX);
     let authority = state.stock.held(g, in_flight).await.map_err(authority_error(g))?;
-    // A message holds one request or a batch: the most a batch may carry bounds them. Only a
-    // lost bucket's requests are lost, and each such bucket holds back the whole count for its
-    // claims to take from (more than needed with several, never too few).
+    // A message holds one request or a batch: the most a batch may carry bounds them. Those
+    // units are kept out of the stock once, whatever the buckets; only a lost bucket's requests
+    // are lost, and any one lost bucket may hold all of them, so each gets the whole count for
+    // its claims to take from (a counter, not units: the stock is not counted twice).
     let holdback = i64::from(waiting).saturating_mul(MAX_BATCH_REQUESTS as i64);
     let expected = expected_stock(&authority, in_flight_count, holdback);
     let kept = snapshot.loaded_stock() + snapshot.in_transit();

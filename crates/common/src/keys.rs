@@ -1,7 +1,9 @@
 //! Redis key names, in one place.
 //!
 //! Every key of one sale carries the hash tag `{<goods_id>}`, so all of them hash to one Redis
-//! Cluster slot and the gate script, which touches several, stays legal on a cluster.
+//! Cluster slot and the gate script, which touches several, stays legal on a cluster. A sale
+//! whose stock is split into buckets has one such set of keys per bucket, each bucket its own
+//! tag and slot ([`SaleBucket`]).
 
 use crate::ids::{GoodsId, UserId};
 

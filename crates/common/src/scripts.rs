@@ -1,6 +1,6 @@
 //! The Redis Lua scripts of the buy path, in one place: seckill-service reserves and undoes,
-//! order-service claims and settles. Each runs atomically on the keys of one sale (one hash
-//! slot; see `keys`). Reservations are recorded as `users[user] = request_id`, turned into
+//! order-service claims and settles. Each runs atomically on the keys of one sale, or of one
+//! bucket of a sale split into several (one hash slot; see `keys`). Reservations are recorded as `users[user] = request_id`, turned into
 //! `c:<request_id>` when the order consumer claims them, so a late undo can never take back a
 //! reservation that is already becoming an order, and into `o:<request_id>` once it is one.
 //! Every script that gives a unit back checks the stock key exists: after Redis lost its data,
