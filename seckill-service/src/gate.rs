@@ -250,26 +250,32 @@ impl Gate {
         bucket_of: impl Fn(UserId) -> SaleBucket,
     ) -> Result<(), GateError> {
         for chunk in orders.chunks(1_000) {
-            let placed: Vec<(SaleBucket, &ActiveOrder)> =
-                chunk.iter().map(|o| (bucket_of(o.user_id), o)).collect();
+            // Two commands an order, one per item (`pipelined` answers one reply per item):
+            // the reservation (false), then the result (true).
+            let items: Vec<(SaleBucket, &ActiveOrder, bool)> = chunk
+                .iter()
+                .flat_map(|o| {
+                    let at = bucket_of(o.user_id);
+                    [(at, o, false), (at, o, true)]
+                })
+                .collect();
             pipelined::<_, _, redis::Value>(
                 &self.redis,
-                &placed,
-                |(at, _)| *at,
-                |pipe, (at, o)| {
-                    pipe.hset_nx(self.keys.bucket_users(*at), o.user_id.get(), format!("o:{}", o.request_id));
-                },
-            )
-            .await?;
-            pipelined::<_, _, redis::Value>(
-                &self.redis,
-                &placed,
-                |(at, _)| *at,
-                |pipe, (at, o)| {
-                    pipe.set(
-                        self.keys.bucket_result(*at, o.user_id),
-                        StoredResult::Success(o.order_id.get()).encode(),
-                    );
+                &items,
+                |(at, _, _)| *at,
+                |pipe, (at, o, result)| {
+                    if *result {
+                        pipe.set(
+                            self.keys.bucket_result(*at, o.user_id),
+                            StoredResult::Success(o.order_id.get()).encode(),
+                        );
+                    } else {
+                        pipe.hset_nx(
+                            self.keys.bucket_users(*at),
+                            o.user_id.get(),
+                            format!("o:{}", o.request_id),
+                        );
+                    }
                 },
             )
             .await?;

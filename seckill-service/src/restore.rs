@@ -162,18 +162,17 @@ fn expected_stock(authority: &HeldResponse, in_flight: i64, holdback: i64) -> i6
 }
 
 /// A sale's Redis data over its buckets: each bucket's look is atomic, the buckets are looked
-/// at one after the other.
+/// at side by side (not one instant: see `in_transit`).
 struct SaleSnapshot {
     buckets: Vec<(SaleBucket, Snapshot)>,
 }
 
 impl SaleSnapshot {
     async fn take(state: &AppState, buckets: &[SaleBucket]) -> Result<Self, ApiError> {
-        let mut taken = Vec::with_capacity(buckets.len());
-        for at in buckets {
-            taken.push((*at, state.gate.snapshot(*at).await?));
-        }
-        Ok(Self { buckets: taken })
+        // All at once: on a cluster the buckets' nodes answer side by side.
+        let taken =
+            futures_util::future::try_join_all(buckets.iter().map(|at| state.gate.snapshot(*at))).await?;
+        Ok(Self { buckets: buckets.iter().copied().zip(taken).collect() })
     }
 
     /// The units Redis will still sell, if every bucket is loaded.
