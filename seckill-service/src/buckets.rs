@@ -31,6 +31,9 @@ pub enum Moved {
     Empty,
     /// The giving bucket is empty, and units it gave are on their way to another bucket.
     Sending,
+    /// The giving bucket is empty, and a transfer it took a second ago or more is unfinished:
+    /// its process died between the steps (see [`Transfers::finish_stale`]).
+    Stranded,
     /// The giving bucket is not loaded (Redis lost it, or it was never loaded).
     NotLoaded,
 }
@@ -67,6 +70,7 @@ impl Transfers {
             -1 => Ok(Moved::NotLoaded),
             0 => Ok(Moved::Empty),
             scripts::TRANSFER_EMPTY_SENDING => Ok(Moved::Sending),
+            scripts::TRANSFER_EMPTY_STRANDED => Ok(Moved::Stranded),
             units => {
                 self.give_and_settle(from, to, &id, units).await?;
                 Ok(Moved::Units(units))

@@ -216,20 +216,21 @@ return s
 /// its own. Returns the units taken; 0 when the bucket is empty and sends nothing;
 /// [`TRANSFER_EMPTY_SENDING`] when it is empty but a transfer it took less than a second ago
 /// is still between its steps (its units maybe on their way to the asking bucket: not yet a
-/// reason to say sold out; an older one is a dead process's, which the reconciler finishes);
-/// -1 when it is not loaded.
+/// reason to say sold out); [`TRANSFER_EMPTY_STRANDED`] when it is empty and only older
+/// transfers are unfinished (their process died between the steps: the caller may finish
+/// them, as the reconciler would); -1 when it is not loaded.
 pub const TRANSFER_TAKE: &str = r"
 local s = tonumber(redis.call('GET', KEYS[1]))
 if s == nil then return -1 end
 local k = math.min(tonumber(ARGV[3]), math.floor((s + 1) / 2))
 if k <= 0 then
-  if redis.call('HLEN', KEYS[2]) > 0 then
-    for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
-      local at = tonumber(string.match(v, '|(%d+)$'))
-      if at and tonumber(ARGV[4]) - at < 1000 then return -2 end
-    end
+  local stranded = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+    local at = tonumber(string.match(v, '|(%d+)$')) or 0
+    if tonumber(ARGV[4]) - at < 1000 then return -2 end
+    stranded = -3
   end
-  return 0
+  return stranded
 end
 redis.call('DECRBY', KEYS[1], k)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. k .. '|' .. ARGV[4])
@@ -237,6 +238,7 @@ return k
 ";
 
 pub const TRANSFER_EMPTY_SENDING: i64 = -2;
+pub const TRANSFER_EMPTY_STRANDED: i64 = -3;
 
 /// GIVE. KEYS: the receiving bucket's stock, its transfers in. ARGV: transfer id, units, now
 /// (ms). Returns 1 when the units were added now, 0 when this transfer was given before, -1

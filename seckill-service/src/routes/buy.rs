@@ -178,11 +178,16 @@ async fn reserve(
     Err(ApiError::new(ErrorCode::Busy, "the sale is very busy, try again"))
 }
 
+/// How old an unfinished transfer must be for a buyer's request to finish it: its process
+/// would have given its units within milliseconds.
+const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 enum Refill {
     Moved,
     /// Every other bucket is empty, and none is sending units anywhere.
     Empty,
-    /// None gave; one of them has units on their way out.
+    /// None gave; one of them has units on their way out (or had, until this request finished
+    /// a transfer a dead process left).
     Sending,
     /// None gave, and one of them is not loaded.
     NotLoaded,
@@ -205,6 +210,12 @@ async fn refill(state: &AppState, sale: &Sale, home: SaleBucket) -> Result<Refil
             }
             Moved::Empty => {}
             Moved::Sending => sending = true,
+            // A dead process's transfer: finished here rather than after the reconciler's
+            // wait (giving twice adds once), and its units looked for again.
+            Moved::Stranded => {
+                state.transfers.finish_stale(from, STRANDED_AFTER).await?;
+                sending = true;
+            }
             Moved::NotLoaded => not_loaded = true,
         }
     }

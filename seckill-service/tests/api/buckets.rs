@@ -120,7 +120,8 @@ async fn a_transfer_moves_half_of_the_giving_bucket_at_most_what_is_asked() {
 
 /// An empty bucket whose own transfer is between its steps says so (the asking bucket may be
 /// about to get those units: no reason yet to tell a buyer sold out); one whose only unsettled
-/// transfer is a second old or more (its process died; the reconciler finishes it) is empty.
+/// transfers are a second old or more says they are stranded (their process died), and
+/// finishing them brings their units where they were going; with none at all, it is empty.
 #[tokio::test]
 async fn an_empty_bucket_that_is_sending_units_says_so_for_a_moment() {
     for place in Place::all("an_empty_bucket_that_is_sending").await {
@@ -134,9 +135,17 @@ async fn an_empty_bucket_that_is_sending_units_says_so_for_a_moment() {
         assert_eq!(place.take_only(from, to, "under-way-too", 10, now).await, 1);
         assert_eq!(place.transfers.transfer(from, other, 10).await.unwrap(), Moved::Sending);
         assert_eq!(place.take_only(from, other, "x", 10, now + 999).await, scripts::TRANSFER_EMPTY_SENDING);
-        assert_eq!(place.take_only(from, other, "x", 10, now + 1_000).await, 0, "a dead process's");
+        assert_eq!(
+            place.take_only(from, other, "x", 10, now + 1_000).await,
+            scripts::TRANSFER_EMPTY_STRANDED
+        );
         assert_eq!(place.stock(from).await, Some(0));
         assert_eq!(place.transfers.in_transit(from).await.unwrap(), 2);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(place.transfers.transfer(from, other, 10).await.unwrap(), Moved::Stranded);
+        assert_eq!(place.transfers.finish_stale(from, Duration::from_secs(1)).await.unwrap(), 2);
+        assert_eq!(place.stock(to).await, Some(2), "the stranded units arrived");
+        assert_eq!(place.transfers.transfer(from, other, 10).await.unwrap(), Moved::Empty);
     }
 }
 
@@ -229,7 +238,7 @@ async fn the_units_of_a_sale_are_conserved_whatever_the_transfers_and_cuts() {
                 }
                 match place.transfers.transfer(from, to, 3).await.unwrap() {
                     Moved::Units(n) => n,
-                    Moved::Empty | Moved::Sending => 0,
+                    Moved::Empty | Moved::Sending | Moved::Stranded => 0,
                     Moved::NotLoaded => panic!("bucket {from:?} not loaded"),
                 }
             }

@@ -123,15 +123,15 @@ async fn buyers_of_one_bucket_buy_every_unit_and_nobody_is_told_sold_out_while_o
     }
 }
 
-/// Runs one step of a transfer by hand, as the process that died left it.
-async fn take(sys: &System, from: SaleBucket, to: SaleBucket, id: &str, most: i64) -> i64 {
+/// Runs one step of a transfer by hand, as the process that died left it, `ago_ms` ago.
+async fn take(sys: &System, from: SaleBucket, to: SaleBucket, id: &str, most: i64, ago_ms: i64) -> i64 {
     redis::Script::new(scripts::TRANSFER_TAKE)
         .key(sys.redis_keys.bucket_stock(from))
         .key(sys.redis_keys.transfers_out(from))
         .arg(id)
         .arg(to.bucket)
         .arg(most)
-        .arg(chrono::Utc::now().timestamp_millis())
+        .arg(chrono::Utc::now().timestamp_millis() - ago_ms)
         .invoke_async(&mut sys.redis().await)
         .await
         .unwrap()
@@ -163,13 +163,13 @@ async fn transfers_cut_after_any_step_lose_and_double_nothing() {
     for sys in systems("transfers_cut_after_any_step", options) {
         let g = sys.open_sale_in(STOCK, BUCKETS).await.id;
         let at = |b| SaleBucket::new(g, b);
-        assert_eq!(take(&sys, at(2), at(1), "cut-after-take", 5).await, 5);
+        assert_eq!(take(&sys, at(2), at(1), "cut-after-take", 5, 0).await, 5);
         assert_eq!(sys.redis_bucket_stocks(g, BUCKETS).await, vec![Some(10), Some(10), Some(5), Some(10)]);
         let a = sys.audit(g).await;
         assert_eq!(a.redis.in_transit, 5, "{a:?}");
         assert!(a.agrees, "units in transit are units of the sale: {:?}", a.differences);
 
-        assert_eq!(take(&sys, at(3), at(0), "cut-after-give", 5).await, 5);
+        assert_eq!(take(&sys, at(3), at(0), "cut-after-give", 5, 0).await, 5);
         assert_eq!(give(&sys, at(0), "cut-after-give", 5).await, 1);
         sys.eventually("the reconciler finishes both transfers", Duration::from_secs(20), || async {
             sys.redis_bucket_stocks(g, BUCKETS).await == vec![Some(15), Some(15), Some(5), Some(5)]
@@ -199,6 +199,40 @@ async fn transfers_cut_after_any_step_lose_and_double_nothing() {
         assert_eq!(sys.redis_bucket_stocks(g, BUCKETS).await, vec![Some(0); 4]);
         sys.eventually("the audit agrees", Duration::from_secs(20), || async { sys.audit(g).await.agrees })
             .await;
+    }
+}
+
+/// A transfer a dead process left half done (bucket 2's one unit taken towards bucket 1 two
+/// seconds ago, never given), every bucket otherwise sold: the next buyer whose bucket is dry
+/// finishes it and buys that unit, without waiting for the reconciler (30 s away here); the
+/// buyer after is told SOLD_OUT; the audit agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_a_dead_process_left_is_finished_by_the_next_buyer() {
+    const BUCKETS: u8 = 4;
+    let options = Options { reconcile_after_secs: 30, ..Options::default() };
+    for sys in systems("a_transfer_a_dead_process_left", options) {
+        let g = sys.open_sale_in(4, BUCKETS).await.id;
+        let at = |b| SaleBucket::new(g, b);
+        assert_eq!(take(&sys, at(2), at(1), "dead", 5, 2_000).await, 1);
+        let tokens = sys.dev_tokens(&[50_000, 50_001, 50_003, 50_007, 50_011]).await;
+        for u in [50_000, 50_001, 50_003] {
+            sys.buy_order(&tokens[&u], g).await;
+        }
+        assert_eq!(sys.redis_bucket_stocks(g, BUCKETS).await, vec![Some(0); 4]);
+        assert_eq!(sys.audit(g).await.redis.in_transit, 1, "one unit in no bucket");
+
+        let (status, body) = sys.buy(&tokens[&50_007], g).await;
+        assert_eq!(status, 202, "the stranded unit is found and sold: {body}");
+        let r = sys.final_result(&tokens[&50_007], g, Duration::from_secs(30)).await;
+        assert_eq!(r.status, SeckillStatus::Success);
+        let (status, body) = sys.buy(&tokens[&50_011], g).await;
+        assert_eq!((status, body["code"].as_str()), (410, Some("SOLD_OUT")), "{body}");
+        assert_eq!(sys.active_orders(g).await, (4, 1));
+        sys.eventually("the audit agrees", Duration::from_secs(20), || async {
+            let a = sys.audit(g).await;
+            a.agrees && a.redis.in_transit == 0
+        })
+        .await;
     }
 }
 
