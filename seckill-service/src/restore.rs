@@ -23,7 +23,8 @@ use std::sync::atomic::Ordering;
 use actix_web::web;
 use seckill_common::amqp::{BroadcastKind, MAX_BATCH_REQUESTS, retry_queue};
 use seckill_common::api::{
-    AuthorityAudit, Goods, HeldResponse, QueueAudit, RedisAudit, SaleAudit, SaleRepair, SaleWindow,
+    AuthorityAudit, BucketAudit, Goods, HeldResponse, QueueAudit, RedisAudit, SaleAudit, SaleRepair,
+    SaleWindow,
 };
 use seckill_common::keys::SaleBucket;
 use seckill_common::scripts::Epoch;
@@ -214,6 +215,22 @@ impl SaleSnapshot {
     /// The newest load of any bucket.
     fn epoch(&self) -> Option<Epoch> {
         self.buckets.iter().filter_map(|(_, s)| s.epoch).max_by_key(|e| e.loaded_at_ms())
+    }
+
+    /// Each bucket's figures, for a sale of several (none for a sale of one).
+    fn per_bucket(&self) -> Vec<BucketAudit> {
+        if self.buckets.len() <= 1 {
+            return Vec::new();
+        }
+        self.buckets
+            .iter()
+            .map(|(at, s)| BucketAudit {
+                bucket: at.bucket,
+                stock: s.stock,
+                in_transit: s.in_transit,
+                reservations: s.ordered + i64::try_from(s.in_flight.len()).unwrap_or(i64::MAX),
+            })
+            .collect()
     }
 
     fn not_loaded(&self) -> Vec<u8> {
@@ -448,6 +465,7 @@ pub async fn audit(state: &AppState, sale: &Sale) -> Result<SaleAudit, ApiError>
             reservations_ordered: ordered,
             reservations_in_flight: in_flight_count,
             pending: snapshot.pending(),
+            buckets: snapshot.per_bucket(),
         },
         authority: AuthorityAudit {
             stock_total: authority.stock_total,

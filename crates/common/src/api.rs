@@ -355,6 +355,22 @@ pub struct RedisAudit {
     pub reservations_in_flight: i64,
     /// Reservations whose message the broker has not confirmed yet (the reconciler's list).
     pub pending: i64,
+    /// A sale of several stock buckets: each bucket's own figures, bucket 0 first (left out
+    /// for a sale of one, whose figures are the ones above).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<BucketAudit>,
+}
+
+/// One stock bucket of a sale, as the audit saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BucketAudit {
+    pub bucket: u8,
+    /// Units the bucket will still sell; absent when it is not loaded.
+    pub stock: Option<i64>,
+    /// Units it gave to another bucket that have not been seen to arrive.
+    pub in_transit: i64,
+    /// Buyers holding a reservation in it (orders and requests in flight).
+    pub reservations: i64,
 }
 
 /// The authorities' side of the audit.
@@ -490,6 +506,27 @@ mod tests {
         g = new_goods();
         g.name = "x".repeat(201);
         assert!(g.validate().is_err());
+    }
+
+    #[test]
+    fn the_audit_lists_buckets_only_for_a_sale_of_several() {
+        let mut redis = RedisAudit {
+            loaded: true,
+            epoch: None,
+            stock: Some(3),
+            in_transit: 0,
+            holdback: None,
+            reservations_ordered: 0,
+            reservations_in_flight: 0,
+            pending: 0,
+            buckets: Vec::new(),
+        };
+        let one = serde_json::to_value(&redis).unwrap();
+        assert!(one.get("buckets").is_none(), "a sale of one bucket reads as before: {one}");
+        redis.buckets = vec![BucketAudit { bucket: 1, stock: None, in_transit: 2, reservations: 5 }];
+        let several = serde_json::to_value(&redis).unwrap();
+        assert_eq!(several["buckets"][0]["stock"], serde_json::Value::Null);
+        assert_eq!(serde_json::from_value::<RedisAudit>(several).unwrap(), redis);
     }
 
     #[test]

@@ -342,6 +342,7 @@ fn audit() -> SaleAudit {
             reservations_ordered: 2,
             reservations_in_flight: 1,
             pending: 0,
+            buckets: Vec::new(),
         },
         authority: AuthorityAudit {
             stock_total: 10,

@@ -100,6 +100,10 @@ async fn buyers_of_one_bucket_buy_every_unit_and_nobody_is_told_sold_out_while_o
             a.agrees && a.redis.in_transit == 0
         })
         .await;
+        // The audit shows each bucket: all empty, every reservation in bucket 1.
+        let per_bucket: Vec<(u8, Option<i64>, i64)> =
+            sys.audit(g).await.redis.buckets.iter().map(|b| (b.bucket, b.stock, b.reservations)).collect();
+        assert_eq!(per_bucket, [(0, Some(0), 0), (1, Some(0), STOCK), (2, Some(0), 0), (3, Some(0), 0)]);
 
         // A unit given back goes to its buyer's bucket; a buyer of bucket 2 gets it from there.
         let order = sys.final_result(&tokens[&buyers[0]], g, Duration::from_secs(5)).await.order_id.unwrap();
@@ -259,6 +263,8 @@ async fn a_bucket_lost_alone_is_rebuilt_and_the_sale_sells_exactly_its_stock() {
         sys.lose_bucket(SaleBucket::new(g, 2)).await;
         let lost = sys.audit(g).await;
         assert!(!lost.agrees && lost.differences[0].contains("[2]"), "{:?}", lost.differences);
+        let stocks: Vec<Option<i64>> = lost.redis.buckets.iter().map(|b| b.stock).collect();
+        assert_eq!(stocks, [Some(7), Some(7), None, Some(7)], "the audit names the bucket not loaded");
         // A buyer without an order: in doubt when served by the lost bucket (a request of theirs
         // may wait in the broker), not when served by another (none of theirs was lost).
         assert_eq!(sys.result(&tokens[&40_102], g).await.status, SeckillStatus::Queued, "bucket 2");
