@@ -29,14 +29,17 @@ pub enum Moved {
     Units(i64),
     /// The giving bucket is empty.
     Empty,
-    /// The giving bucket is empty, and units it gave are on their way to another bucket.
+    /// The giving bucket is empty, and units it gave are on their way to another bucket (or
+    /// were stranded there by a process that died between the steps, and this call has just
+    /// finished those transfers): look again.
     Sending,
-    /// The giving bucket is empty, and a transfer it took a second ago or more is unfinished:
-    /// its process died between the steps (see [`Transfers::finish_stale`]).
-    Stranded,
     /// The giving bucket is not loaded (Redis lost it, or it was never loaded).
     NotLoaded,
 }
+
+/// How old an unfinished transfer must be for a transfer from its bucket to finish it: its
+/// process would have given its units within milliseconds.
+const STRANDED_AFTER: Duration = Duration::from_secs(1);
 
 pub struct Transfers {
     redis: Redis,
@@ -67,10 +70,15 @@ impl Transfers {
             .invoke_async(&mut conn)
             .await?;
         match taken {
-            -1 => Ok(Moved::NotLoaded),
+            scripts::TRANSFER_NOT_LOADED => Ok(Moved::NotLoaded),
             0 => Ok(Moved::Empty),
             scripts::TRANSFER_EMPTY_SENDING => Ok(Moved::Sending),
-            scripts::TRANSFER_EMPTY_STRANDED => Ok(Moved::Stranded),
+            // A dead process's transfers: finished here rather than after the reconciler's
+            // wait (giving twice adds once), so no buyer waits for their units.
+            scripts::TRANSFER_EMPTY_STRANDED => {
+                self.finish_stale(from, STRANDED_AFTER).await?;
+                Ok(Moved::Sending)
+            }
             units => {
                 self.give_and_settle(from, to, &id, units).await?;
                 Ok(Moved::Units(units))

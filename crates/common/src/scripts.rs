@@ -218,7 +218,7 @@ return s
 /// is still between its steps (its units maybe on their way to the asking bucket: not yet a
 /// reason to say sold out); [`TRANSFER_EMPTY_STRANDED`] when it is empty and only older
 /// transfers are unfinished (their process died between the steps: the caller may finish
-/// them, as the reconciler would); -1 when it is not loaded.
+/// them, as the reconciler would); [`TRANSFER_NOT_LOADED`] (-1) when it is not loaded.
 pub const TRANSFER_TAKE: &str = r"
 local s = tonumber(redis.call('GET', KEYS[1]))
 if s == nil then return -1 end
@@ -237,6 +237,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. k .. '|' .. ARGV[4])
 return k
 ";
 
+pub const TRANSFER_NOT_LOADED: i64 = -1;
 pub const TRANSFER_EMPTY_SENDING: i64 = -2;
 pub const TRANSFER_EMPTY_STRANDED: i64 = -3;
 

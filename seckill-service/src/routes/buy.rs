@@ -168,8 +168,7 @@ async fn reserve(
         token = None;
         match refill(state, sale, home).await? {
             Refill::Moved => {}
-            // A transfer between its steps (a millisecond, or until the reconciler finishes
-            // it): a moment, and look again.
+            // A transfer between its steps (a millisecond): a moment, and look again.
             Refill::Sending => tokio::time::sleep(std::time::Duration::from_millis(2)).await,
             Refill::Empty => others_empty = true,
             Refill::NotLoaded => return Ok((Reserve::NotLoaded, epoch)),
@@ -178,16 +177,11 @@ async fn reserve(
     Err(ApiError::new(ErrorCode::Busy, "the sale is very busy, try again"))
 }
 
-/// How old an unfinished transfer must be for a buyer's request to finish it: its process
-/// would have given its units within milliseconds.
-const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
 enum Refill {
     Moved,
     /// Every other bucket is empty, and none is sending units anywhere.
     Empty,
-    /// None gave; one of them has units on their way out (or had, until this request finished
-    /// a transfer a dead process left).
+    /// None gave; one of them has units on their way out (`Moved::Sending`).
     Sending,
     /// None gave, and one of them is not loaded.
     NotLoaded,
@@ -210,12 +204,6 @@ async fn refill(state: &AppState, sale: &Sale, home: SaleBucket) -> Result<Refil
             }
             Moved::Empty => {}
             Moved::Sending => sending = true,
-            // A dead process's transfer: finished here rather than after the reconciler's
-            // wait (giving twice adds once), and its units looked for again.
-            Moved::Stranded => {
-                state.transfers.finish_stale(from, STRANDED_AFTER).await?;
-                sending = true;
-            }
             Moved::NotLoaded => not_loaded = true,
         }
     }
