@@ -135,7 +135,8 @@ impl Transfers {
             .collect())
     }
 
-    /// Units that left `from` and have not been seen to arrive (the audit counts them).
+    /// Units that left `from` and have not been seen to arrive (the audit reads the same count
+    /// inside its snapshot of the bucket, `scripts::SNAPSHOT`).
     pub async fn in_transit(&self, from: SaleBucket) -> Result<i64, GateError> {
         Ok(self.unsettled(from).await?.iter().map(|(_, _, units, _)| units).sum())
     }

@@ -429,12 +429,6 @@ impl Gate {
         Ok(raw.as_deref().and_then(StoredResult::parse))
     }
 
-    /// Units left in one bucket, if it is loaded.
-    pub async fn stock(&self, at: SaleBucket) -> Result<Option<i64>, GateError> {
-        let mut conn = self.conn();
-        Ok(conn.get(self.keys.bucket_stock(at)).await?)
-    }
-
     /// Units left in each bucket (None: that bucket is not loaded). One round trip (one per
     /// bucket at once on a cluster).
     pub async fn stocks(&self, buckets: &[SaleBucket]) -> Result<Vec<Option<i64>>, GateError> {
