@@ -1,8 +1,8 @@
 //! The gateway's limits are no looser than the services' behind it: a request with as many
 //! headers as the gateway takes (95, one under actix-http's 96, which the gateway and every
 //! service run) goes through the real gateway to the real services on every kind of route and
-//! is never a service's 431, never a 5xx, and never an ERROR line. One over the limit is the
-//! client's 431 from the gateway, logged below ERROR.
+//! is never a service's 431, never a 5xx, and never an ERROR line, nor is a service's 4xx.
+//! One over the limit is the client's 431 from the gateway, logged below ERROR.
 
 use std::sync::{Arc, Mutex};
 
@@ -80,6 +80,22 @@ async fn ninety_five_headers_pass_through_to_every_service_and_ninety_seven_are_
         let status = res.status().as_u16();
         let body = res.text().await.unwrap();
         assert!((200..300).contains(&status), "{method} {path}: {status} {body}");
+    }
+    // A service's 4xx passes through as it is, the client's error, not the gateway's ERROR.
+    let rejected: Vec<(Method, &str, Option<&str>, u16)> = vec![
+        (Method::GET, "/api/goods/999999999", None, 404),
+        (Method::POST, "/api/admin/goods", Some(&admin), 400),
+    ];
+    for (method, path, token, expected) in rejected {
+        let mut request = system
+            .http
+            .request(method, system.url(path))
+            .header("content-type", "application/json")
+            .body("{}");
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        assert_eq!(fillers(request, 91).send().await.unwrap().status(), expected, "{path}");
     }
     // The buy itself: a path token, then the order with it, both under 95 headers.
     let res =
