@@ -1,11 +1,27 @@
-//! Which headers cross the hop, each way.
+//! Which headers cross the hop, each way: one allow list per direction, so a header nobody
+//! thought of stays behind rather than travelling by default.
 //!
-//! Towards an upstream: every end-to-end header of the client's request except the
-//! credential header (`x-seckill-auth`, which only the gateway signs, from the verified token:
-//! see `Proxy`) and the identity headers older versions used (`x-user-id`, `x-user-role`);
-//! `x-request-id` is the id the request-id middleware settled on. Back to the client:
-//! the upstream's headers as they are. Both ways, hop-by-hop headers (RFC 9110 §7.6.1) and
-//! `content-length` stay behind: the HTTP clients and servers on each side set their own.
+//! Towards a service: only the client headers a service reads ([`TO_UPSTREAM`], each with its
+//! reason), the first value of each, plus what the gateway itself settles: `x-request-id` (the
+//! id the request-id middleware chose) and `x-seckill-auth` (the identity it signs from the
+//! verified token, see `Proxy`). A user's credentials (`Authorization`, `Cookie`, an
+//! `x-api-key`), identity headers a client wrote (`x-user-*`, a forged `x-seckill-auth`) and
+//! hop-by-hop headers never reach a service: the services trust only the gateway's signature,
+//! so a token there would be useless to them and a prize for whoever took one of them over
+//! (admin tokens replayed at the front door).
+//!
+//! Because of the list, what the gateway forwards is bounded whatever the client sent: at most
+//! [`TO_UPSTREAM`]'s entries, each at most [`MAX_VALUE_BYTES`] (longer is the client's 431),
+//! plus the gateway's own few, on a target of at most [`MAX_TARGET_BYTES`] (longer is 414).
+//! That keeps a forwarded head well inside the limits every service's HTTP server enforces
+//! ([`SERVICE_MAX_HEADERS`], [`SERVICE_MAX_HEAD_BYTES`]): a request the gateway accepts can
+//! never be a service's 431, however many headers or bytes the client packed in.
+//!
+//! Back to the client: only the response headers the services set that mean something to a
+//! client ([`TO_CLIENT`]); the gateway's own middleware adds `x-request-id` and its HTTP server
+//! `content-length` and `date`. A `set-cookie` (or any header a service might grow) never
+//! reaches a browser from behind the gateway: the gateway is the one origin the client talks
+//! to, and what it answers is its own decision, not a service's.
 //!
 //! actix-web is on the `http` 0.2 crate and reqwest on 1.x, so names and values are converted
 //! by their bytes; both versions accept the same bytes, so nothing valid is lost on the way.
@@ -13,71 +29,103 @@
 use actix_web::HttpResponseBuilder;
 use actix_web::http::header as actix;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use seckill_common::headers::{REQUEST_ID, USER_ID, USER_ROLE};
-use seckill_common::trust::AUTH_HEADER;
+use seckill_common::ErrorCode;
+use seckill_common::headers::{REQUEST_ID, SECKILL_TOKEN};
+use seckill_web::ApiError;
 
-/// Headers that describe one connection, not the message, so a proxy never forwards them.
-fn is_hop_by_hop(name: &str) -> bool {
-    matches!(name, "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade" | "host")
-        || name.starts_with("proxy-")
+/// A client header a service may receive, and why it must.
+#[derive(Debug, Clone, Copy)]
+pub struct Allowed {
+    pub name: &'static str,
+    pub why: &'static str,
 }
 
-/// Names a `Connection` header lists are hop-by-hop too. `keep-alive` and `close`, by far the
-/// most common options, are skipped anyway, so the list stays empty (and unallocated) then.
-fn connection_options<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<&'a str> {
-    values
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|o| {
-            !o.is_empty() && !o.eq_ignore_ascii_case("keep-alive") && !o.eq_ignore_ascii_case("close")
-        })
-        .collect()
-}
+/// The client's request headers that travel to a service. Nothing else does.
+pub const TO_UPSTREAM: &[Allowed] = &[
+    Allowed {
+        name: "content-type",
+        why: "the services' JSON extractors refuse a body that does not say it is JSON",
+    },
+    Allowed { name: SECKILL_TOKEN, why: "the path token a buy presents; seckill-service checks it" },
+];
 
-fn is_listed(name: &str, options: &[&str]) -> bool {
-    options.iter().any(|o| o.eq_ignore_ascii_case(name))
-}
+/// The service's response headers that travel back to the client. Nothing else does.
+pub const TO_CLIENT: &[Allowed] = &[
+    Allowed { name: "content-type", why: "what the body is" },
+    Allowed { name: "cache-control", why: "a sale's live state is `no-store`" },
+    Allowed { name: "retry-after", why: "when a shed (503 `BUSY`) or limited (429) request may come again" },
+    Allowed { name: "allow", why: "the methods a 405 names, as RFC 9110 requires" },
+];
 
-/// The headers to send upstream for a client's request.
-pub fn to_upstream(incoming: &actix::HeaderMap, request_id: Option<&str>) -> HeaderMap {
-    let options = connection_options(incoming.get_all(actix::CONNECTION).map(|v| v.as_bytes()));
-    let mut out = HeaderMap::with_capacity(incoming.len() + 3);
-    for (name, value) in incoming {
-        let name = name.as_str();
-        if is_hop_by_hop(name)
-            || matches!(name, "content-length" | AUTH_HEADER | USER_ID | USER_ROLE | REQUEST_ID)
-            || is_listed(name, &options)
-        {
-            continue;
+/// Longest value of an allowed header the gateway forwards. A content type or a path token is
+/// a few dozen bytes; anything near this is not a request of this API.
+pub const MAX_VALUE_BYTES: usize = 1024;
+/// Longest path and query the gateway forwards. Ids and cursors are short; this is the common
+/// bound of HTTP servers and proxies (nginx's default buffer, what RFC 9110 §4.1 recommends
+/// every server take at least).
+pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+
+/// The limits of the HTTP server every service runs (actix-http's HTTP/1 decoder: 96 header
+/// lines, a 128 KiB head, not configurable). A request over either is answered 431 by the
+/// service and logged there as a stream error.
+pub const SERVICE_MAX_HEADERS: usize = 96;
+pub const SERVICE_MAX_HEAD_BYTES: usize = 128 * 1024;
+/// The headers the gateway's own client adds (`host`, `content-length`, `accept`,
+/// `x-request-id`, `x-seckill-auth`) and an upper bound of their bytes (a credential is about
+/// 200 bytes, a request id at most 128, a host name at most 255).
+const OWN_HEADERS: usize = 5;
+const OWN_HEADER_BYTES: usize = 1024;
+// The largest head the gateway can send (request line, allowed headers at their longest, its
+// own) fits the services' limits, with room to spare.
+const _: () = assert!(TO_UPSTREAM.len() + OWN_HEADERS < SERVICE_MAX_HEADERS);
+const _: () = assert!(
+    MAX_TARGET_BYTES + 32 + TO_UPSTREAM.len() * (32 + MAX_VALUE_BYTES) + OWN_HEADER_BYTES
+        < SERVICE_MAX_HEAD_BYTES / 4
+);
+
+/// The headers to send upstream for a client's request: the allowed ones (their first value)
+/// and the request id the gateway settled on. A value over [`MAX_VALUE_BYTES`] is the client's
+/// 431, never a service's.
+pub fn to_upstream(incoming: &actix::HeaderMap, request_id: Option<&str>) -> Result<HeaderMap, ApiError> {
+    let mut out = HeaderMap::with_capacity(TO_UPSTREAM.len() + 3);
+    for allowed in TO_UPSTREAM {
+        let Some(value) = incoming.get(allowed.name) else { continue };
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::HeadersTooLarge,
+                format!("the {} header is longer than {MAX_VALUE_BYTES} bytes", allowed.name),
+            ));
         }
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value.as_bytes()))
-        {
-            out.append(name, value);
+        if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+            out.insert(HeaderName::from_static(allowed.name), value);
         }
     }
     if let Some(id) = request_id.and_then(|id| HeaderValue::from_str(id).ok()) {
         out.insert(REQUEST_ID, id);
     }
-    out
+    Ok(out)
 }
 
-/// Copies an upstream's response headers onto the client's response.
+/// Copies the allowed headers of an upstream's response onto the client's response.
 pub fn to_client(upstream: &HeaderMap, response: &mut HttpResponseBuilder) {
-    let options =
-        connection_options(upstream.get_all(reqwest::header::CONNECTION).iter().map(|v| v.as_bytes()));
-    for (name, value) in upstream {
-        let name = name.as_str();
-        if is_hop_by_hop(name) || name == "content-length" || is_listed(name, &options) {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) =
-            (actix::HeaderName::from_bytes(name.as_bytes()), actix::HeaderValue::from_bytes(value.as_bytes()))
-        {
-            response.append_header((name, value));
+    for allowed in TO_CLIENT {
+        for value in upstream.get_all(allowed.name) {
+            if let Ok(value) = actix::HeaderValue::from_bytes(value.as_bytes()) {
+                response.append_header((actix::HeaderName::from_static(allowed.name), value));
+            }
         }
     }
+}
+
+/// 414 when the path and query are longer than [`MAX_TARGET_BYTES`].
+pub fn check_target(target: &str) -> Result<(), ApiError> {
+    if target.len() > MAX_TARGET_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::UriTooLong,
+            format!("the path and query are longer than {MAX_TARGET_BYTES} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -95,49 +143,69 @@ mod tests {
     }
 
     #[test]
-    fn identity_and_hop_by_hop_headers_are_replaced_or_dropped() {
+    fn only_allowed_headers_and_the_settled_request_id_go_upstream() {
         let map = incoming(&[
+            ("authorization", "Bearer a.b.c"),
+            ("cookie", "session=1"),
+            ("x-api-key", "k"),
             ("x-user-id", "999"),
             ("x-user-role", "admin"),
             ("x-seckill-auth", "v1.gateway.1.admin.9999999999999.forged"),
             ("x-request-id", "from-client"),
             ("connection", "keep-alive, x-secret-hop"),
             ("x-secret-hop", "1"),
-            ("keep-alive", "timeout=5"),
             ("proxy-authorization", "Basic x"),
-            ("te", "trailers"),
             ("host", "gateway"),
             ("content-length", "2"),
             ("content-type", "application/json"),
+            ("content-type", "text/plain"),
             ("x-seckill-token", "abc"),
             ("accept", "a"),
-            ("accept", "b"),
+            ("x-custom", "1"),
         ]);
-        let out = to_upstream(&map, Some("rid-1"));
+        let out = to_upstream(&map, Some("rid-1")).unwrap();
+        let names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-type", "x-seckill-token", "x-request-id"]);
         assert_eq!(out["x-request-id"], "rid-1");
-        assert_eq!(out["content-type"], "application/json");
+        // The first value only: the one a service's `get` would have read.
+        assert_eq!(out.get_all("content-type").iter().collect::<Vec<_>>(), ["application/json"]);
         assert_eq!(out["x-seckill-token"], "abc");
-        assert_eq!(out.get_all("accept").iter().count(), 2);
-        for gone in [
-            "x-user-id",
-            "x-user-role",
-            "x-seckill-auth",
-            "connection",
-            "x-secret-hop",
-            "keep-alive",
-            "proxy-authorization",
-            "te",
-            "host",
-            "content-length",
-        ] {
-            assert!(!out.contains_key(gone), "{gone} forwarded");
-        }
     }
 
     #[test]
-    fn upstream_headers_pass_back_without_hop_by_hop_ones() {
+    fn an_allowed_header_too_long_to_forward_is_the_clients_431() {
+        let long = "t".repeat(MAX_VALUE_BYTES + 1);
+        let mut map = actix::HeaderMap::new();
+        map.insert(
+            actix::HeaderName::from_static("x-seckill-token"),
+            actix::HeaderValue::from_str(&long).unwrap(),
+        );
+        let err = to_upstream(&map, None).unwrap_err();
+        assert_eq!((err.code, err.code.status()), (ErrorCode::HeadersTooLarge, 431));
+        assert!(err.message.contains("x-seckill-token"), "{}", err.message);
+        // Exactly the limit passes; an over-long header not on the list is simply left behind.
+        map.insert(
+            actix::HeaderName::from_static("x-seckill-token"),
+            actix::HeaderValue::from_str(&long[1..]).unwrap(),
+        );
+        map.insert(actix::HeaderName::from_static("cookie"), actix::HeaderValue::from_str(&long).unwrap());
+        assert_eq!(to_upstream(&map, None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_target_over_the_bound_is_414() {
+        assert!(check_target(&"a".repeat(MAX_TARGET_BYTES)).is_ok());
+        let err = check_target(&"a".repeat(MAX_TARGET_BYTES + 1)).unwrap_err();
+        assert_eq!((err.code, err.code.status()), (ErrorCode::UriTooLong, 414));
+    }
+
+    #[test]
+    fn only_allowed_headers_come_back() {
         let mut up = HeaderMap::new();
         up.insert("content-type", HeaderValue::from_static("application/json"));
+        up.insert("cache-control", HeaderValue::from_static("no-store"));
+        up.insert("retry-after", HeaderValue::from_static("1"));
+        up.insert("set-cookie", HeaderValue::from_static("session=stolen"));
         up.insert("x-custom", HeaderValue::from_static("yes"));
         up.insert("transfer-encoding", HeaderValue::from_static("chunked"));
         up.insert("keep-alive", HeaderValue::from_static("timeout=5"));
@@ -145,10 +213,8 @@ mod tests {
         let mut builder = HttpResponse::Ok();
         to_client(&up, &mut builder);
         let res = builder.finish();
-        assert_eq!(res.headers().get("x-custom").unwrap(), "yes");
-        assert_eq!(res.headers().get("content-type").unwrap(), "application/json");
-        assert!(res.headers().get("keep-alive").is_none());
-        assert!(res.headers().get("transfer-encoding").is_none());
-        assert!(res.headers().get("content-length").is_none());
+        let mut names: Vec<&str> = res.headers().keys().map(actix::HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cache-control", "content-type", "retry-after"]);
     }
 }

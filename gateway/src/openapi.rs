@@ -352,8 +352,13 @@ macro_rules! errors {
     };
 }
 
-/// Any forwarded route: the hop's own failures.
+/// Any forwarded route: the hop's own failures, and what it refuses to forward.
 const FORWARDED: Cases = &[
+    (ErrorCode::UriTooLong, "The path and query are longer than 8 KiB."),
+    (
+        ErrorCode::HeadersTooLarge,
+        "A header the service reads (`content-type`, `x-seckill-token`) is longer than 1 KiB.",
+    ),
     (
         ErrorCode::UpstreamUnavailable,
         "No replica of the service behind this route answers: try again shortly.",
@@ -942,7 +947,7 @@ mod tests {
     fn error_statuses_come_from_the_codes_and_429_and_503_say_retry_after() {
         let responses = error_responses(&[BUY_CLICK, TOKEN, FORWARDED]);
         let statuses: Vec<&str> = responses.keys().map(String::as_str).collect();
-        assert_eq!(statuses, ["401", "410", "425", "429", "500", "503", "504"]);
+        assert_eq!(statuses, ["401", "410", "414", "425", "429", "431", "500", "503", "504"]);
         let json = serde_json::to_value(&responses).unwrap();
         assert!(json["429"]["headers"]["Retry-After"].is_object());
         assert!(json["503"]["headers"]["Retry-After"].is_object());

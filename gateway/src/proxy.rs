@@ -92,6 +92,14 @@ thread_local! {
     static CLIENTS: RefCell<Vec<(u64, reqwest::Client)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A client's request as it will be sent upstream (see [`Proxy::outgoing`]).
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    method: reqwest::Method,
+    path: &'a str,
+    headers: reqwest::header::HeaderMap,
+}
+
 /// Forwards requests to the upstream services.
 #[derive(Debug)]
 pub struct Proxy {
@@ -145,23 +153,33 @@ impl Proxy {
         }
     }
 
-    /// Sends the client's request (method, path and query, end-to-end headers, `body`) to a
-    /// replica of `service` as `caller`, and answers with what the replica answered.
-    pub async fn forward(
-        &self,
-        service: Service,
-        req: &HttpRequest,
-        body: Bytes,
-        caller: Option<AuthUser>,
-    ) -> Result<HttpResponse, ApiError> {
-        let path = forwardable_target(req.uri().path_and_query().map_or("/", |pq| pq.as_str()))?;
+    /// What of the client's request goes upstream: method, path and query, the allowed
+    /// headers ([`headers`]). Refused here, before its body is read, when sending it on could
+    /// change the route it names or would be a service's 431 rather than the client's 4xx.
+    pub fn outgoing(req: &HttpRequest) -> Result<Outgoing<'_>, ApiError> {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        headers::check_target(target)?;
+        let path = forwardable_target(target)?;
         let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
             .map_err(|_| ApiError::invalid("unsupported method"))?;
         let headers = {
             let extensions = req.extensions();
             let request_id = extensions.get::<RequestId>().map(|id| id.0.as_str());
-            headers::to_upstream(req.headers(), request_id)
+            headers::to_upstream(req.headers(), request_id)?
         };
+        Ok(Outgoing { method, path, headers })
+    }
+
+    /// Sends the client's request (`outgoing`, `body`) to a replica of `service` as `caller`,
+    /// and answers with what the replica answered.
+    pub async fn forward(
+        &self,
+        service: Service,
+        outgoing: Outgoing<'_>,
+        body: Bytes,
+        caller: Option<AuthUser>,
+    ) -> Result<HttpResponse, ApiError> {
+        let Outgoing { method, path, headers } = outgoing;
         let upstream = self.upstream(service);
 
         let user = caller.map(|c| (c.id, c.role));

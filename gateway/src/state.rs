@@ -114,7 +114,8 @@ impl Gateway {
         }
     }
 
-    /// Reads the body within the limit and forwards the request.
+    /// Checks what would be forwarded, reads the body within the limit and forwards the
+    /// request.
     pub(crate) async fn pass(
         &self,
         service: Service,
@@ -122,7 +123,8 @@ impl Gateway {
         payload: web::Payload,
         caller: Option<AuthUser>,
     ) -> Result<HttpResponse, ApiError> {
+        let outgoing = Proxy::outgoing(req)?;
         let body = body::read_limited(req, payload, self.body_limit).await?;
-        self.proxy.forward(service, req, body, caller).await
+        self.proxy.forward(service, outgoing, body, caller).await
     }
 }

@@ -22,6 +22,8 @@ impl ErrorBody {
 pub enum ErrorCode {
     InvalidInput,
     PayloadTooLarge,
+    HeadersTooLarge,
+    UriTooLong,
     Unauthorized,
     Forbidden,
     NotFound,
@@ -47,9 +49,11 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for whatever must say something of each (the storefront's sentences).
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         Self::InvalidInput,
         Self::PayloadTooLarge,
+        Self::HeadersTooLarge,
+        Self::UriTooLong,
         Self::Unauthorized,
         Self::Forbidden,
         Self::NotFound,
@@ -77,6 +81,8 @@ impl ErrorCode {
         match self {
             Self::InvalidInput => "INVALID_INPUT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            Self::UriTooLong => "URI_TOO_LONG",
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden => "FORBIDDEN",
             Self::NotFound => "NOT_FOUND",
@@ -116,8 +122,10 @@ impl ErrorCode {
             | Self::OrderNotCancellable => 409,
             Self::SoldOut | Self::Ended => 410,
             Self::PayloadTooLarge => 413,
+            Self::UriTooLong => 414,
             Self::NotStarted => 425,
             Self::RateLimited => 429,
+            Self::HeadersTooLarge => 431,
             Self::Internal => 500,
             Self::Busy | Self::Unavailable | Self::UpstreamUnavailable => 503,
             Self::UpstreamTimeout => 504,
@@ -150,10 +158,11 @@ mod tests {
             assert_eq!(code as usize, i, "{code} in its place");
             // No wildcard: a new code does not compile here until it is added, then to ALL.
             match code {
-                InvalidInput | PayloadTooLarge | Unauthorized | Forbidden | NotFound | MethodNotAllowed
-                | GoodsNotFound | OrderNotFound | NotStarted | Ended | SoldOut | Repeated | BadToken
-                | RateLimited | OutOfStock | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy
-                | Unavailable | UpstreamUnavailable | UpstreamTimeout | Internal => {}
+                InvalidInput | PayloadTooLarge | HeadersTooLarge | UriTooLong | Unauthorized | Forbidden
+                | NotFound | MethodNotAllowed | GoodsNotFound | OrderNotFound | NotStarted | Ended
+                | SoldOut | Repeated | BadToken | RateLimited | OutOfStock | KeyReleased
+                | OrderNotPayable | OrderNotCancellable | Busy | Unavailable | UpstreamUnavailable
+                | UpstreamTimeout | Internal => {}
             }
         }
         assert_eq!(ErrorCode::ALL.len(), Internal as usize + 1, "the last code last");

@@ -12,6 +12,8 @@
   var MESSAGES = {
     INVALID_INPUT: 'The shop did not understand that request. Reload the page and try again.',
     PAYLOAD_TOO_LARGE: 'That request was too large for the shop.',
+    HEADERS_TOO_LARGE: 'That request was too large for the shop.',
+    URI_TOO_LONG: 'That address is too long for the shop.',
     UNAUTHORIZED: 'Please sign in again: your sign-in is missing or has expired.',
     FORBIDDEN: 'Your account may not do that.',
     NOT_FOUND: 'The shop could not find that.',

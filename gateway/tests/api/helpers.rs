@@ -1,7 +1,7 @@
 //! A gateway on port 0 in front of echo upstreams, a client, and token helpers.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -29,6 +29,15 @@ pub struct Echo {
     pub headers: Vec<(&'static str, &'static str)>,
     /// Requests it answered (every path but `/healthz` and `/metrics`), shared by its clones.
     pub calls: Arc<AtomicUsize>,
+    /// Every such request's path and headers as they arrived, in order, shared by its clones.
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// One request an echo upstream received: its path and every header line (name, value).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
 }
 
 impl Echo {
@@ -40,6 +49,7 @@ impl Echo {
             body: None,
             headers: Vec::new(),
             calls: Arc::new(AtomicUsize::new(0)),
+            seen: Arc::default(),
         }
     }
 
@@ -83,6 +93,12 @@ impl Echo {
 /// gateway's signed credential vouched, or null), unless the `Echo` gives a fixed body.
 async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> HttpResponse {
     echo.calls.fetch_add(1, Ordering::SeqCst);
+    let lines = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    echo.seen.lock().unwrap().push(Seen { path: req.path().to_owned(), headers: lines });
     if !echo.delay.is_zero() {
         tokio::time::sleep(echo.delay).await;
     }

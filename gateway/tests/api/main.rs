@@ -3,6 +3,7 @@
 
 mod auth;
 mod closed;
+mod credentials;
 mod forwarding;
 mod helpers;
 mod identity;
