@@ -118,9 +118,27 @@ fn end_at<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Er
     rfc3339_field("end_at", d)
 }
 
-fn rfc3339_field<'de, D: serde::Deserializer<'de>>(field: &str, d: D) -> Result<DateTime<Utc>, D::Error> {
-    let raw = std::borrow::Cow::<str>::deserialize(d)?;
-    crate::sale::parse_rfc3339(field, &raw).map_err(serde::de::Error::custom)
+fn rfc3339_field<'de, D: serde::Deserializer<'de>>(
+    field: &'static str,
+    d: D,
+) -> Result<DateTime<Utc>, D::Error> {
+    d.deserialize_str(Rfc3339Field(field))
+}
+
+/// Reads a string as an RFC 3339 time; anything else is refused naming the field too
+/// ("invalid type: integer `5`, expected start_at as an RFC 3339 time").
+struct Rfc3339Field(&'static str);
+
+impl serde::de::Visitor<'_> for Rfc3339Field {
+    type Value = DateTime<Utc>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} as an RFC 3339 time", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, raw: &str) -> Result<Self::Value, E> {
+        crate::sale::parse_rfc3339(self.0, raw).map_err(E::custom)
+    }
 }
 
 /// Why a [`NewGoods`] was refused: the message starts with the field it is about.
