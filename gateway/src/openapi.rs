@@ -453,8 +453,10 @@ errors!(CancelErrors: TOKEN, ORDERS_LIMIT, BAD_ORDER_ID, ORDER_NOT_FOUND, BODY_L
 errors!(CreateSaleErrors: ADMIN, ADMIN_LIMIT, BODY_LIMIT, &[
     (
         ErrorCode::InvalidInput,
-        "The body is not a `NewGoods` (unknown fields are refused), or its fields disagree: the \
-         message names the field.",
+        "The body is not a `NewGoods` (unknown fields are refused), a field breaks its rule (a \
+         name that is not printable text of one line, a time that is not RFC 3339 or lies outside \
+         1970 to 9999, a number past its bounds), or its fields disagree: the message names the \
+         field. Decided before anything is written.",
     ),
     (ErrorCode::Unavailable, "stock-service or Redis did not answer: try again shortly."),
 ], FORWARDED);

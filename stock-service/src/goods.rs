@@ -8,7 +8,7 @@ use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use seckill_common::api::{Goods, MAX_BUCKETS, NewGoods};
+use seckill_common::api::{Goods, MAX_BUCKETS, ValidGoods};
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
@@ -72,10 +72,12 @@ pub async fn find(conn: &mut AsyncPgConnection, id: GoodsId) -> QueryResult<Opti
         .transpose()
 }
 
-pub async fn insert(conn: &mut AsyncPgConnection, new: &NewGoods) -> QueryResult<Goods> {
+/// Writes a sale: only a [`ValidGoods`], whose name and times the database can store.
+pub async fn insert(conn: &mut AsyncPgConnection, new: &ValidGoods) -> QueryResult<Goods> {
     diesel::insert_into(goods::table)
         .values((
-            goods::name.eq(new.name.trim()),
+            // Trimmed by `validate`.
+            goods::name.eq(&new.name),
             goods::price_cents.eq(new.price_cents),
             goods::seckill_price_cents.eq(new.seckill_price_cents),
             goods::stock_total.eq(new.stock_total),

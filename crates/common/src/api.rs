@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::ids::{GoodsId, OrderId, UserId};
+use crate::sale::{NameError, SaleName, SaleTime};
 
 /// A sale's goods, as `GET /api/goods` shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -59,12 +60,25 @@ impl Goods {
     }
 }
 
-/// The body of `POST /api/admin/goods`.
+/// The body of `POST /api/admin/goods` (and of stock-service's `POST /internal/stock/goods`).
+/// Read as sent; [`NewGoods::validate`] makes it a [`ValidGoods`], the only form anything is
+/// written from. The rules are [`crate::sale`]'s, and the schema below states them.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewGoods {
-    /// What is on sale: not only spaces.
-    #[schema(min_length = 1, max_length = 200)]
+    /// What is on sale: printable text of one line, at most 200 characters, not only spaces
+    /// (leading and trailing spaces are dropped). No control characters (C0, DEL, C1: tab and
+    /// line feed among them), no bidirectional marks, embeddings, overrides or isolates, no line
+    /// or paragraph separators, no invisible formatting characters (zero width space, word
+    /// joiner, byte order mark); zero width joiners, variation selectors and tags are allowed
+    /// (emoji need them).
+    // The pattern is `seckill_common::sale::NAME_PATTERN` (an attribute takes a literal only;
+    // a test holds the two equal).
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200B\u200E\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB]*[^\s\u0000-\u001F\u007F-\u009F\u061C\u200B\u200E\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB][^\u0000-\u001F\u007F-\u009F\u061C\u200B\u200E\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB]*$"
+    )]
     pub name: String,
     /// The usual price, in cents.
     #[schema(minimum = 0)]
@@ -75,9 +89,12 @@ pub struct NewGoods {
     /// Units to sell.
     #[schema(minimum = 0, maximum = 100_000_000)]
     pub stock_total: i64,
-    /// When buying opens.
+    /// When buying opens: an RFC 3339 time from 1970-01-01T00:00:00Z to
+    /// 9999-12-31T23:59:59.999999Z (the instant, in UTC; an offset is at most ±23:59).
+    #[serde(deserialize_with = "start_at")]
     pub start_at: DateTime<Utc>,
-    /// When buying closes: after `start_at`.
+    /// When buying closes: after `start_at`, and no later than 9999-12-31T23:59:59.999999Z.
+    #[serde(deserialize_with = "end_at")]
     pub end_at: DateTime<Utc>,
     /// Redis keys to split the stock over, 1 to 8 (default 1). Each buyer is served by one of
     /// them, chosen from the user id; on a Redis Cluster they sit in different slots, so a sale
@@ -91,29 +108,84 @@ pub struct NewGoods {
 /// The most units one sale may hold: far above any flash sale, low enough that no sum overflows.
 pub const MAX_STOCK: i64 = 100_000_000;
 
+/// `start_at` and `end_at` read as RFC 3339, each error naming its field (serde's own say only
+/// where in the body it failed).
+fn start_at<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    rfc3339_field("start_at", d)
+}
+
+fn end_at<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    rfc3339_field("end_at", d)
+}
+
+fn rfc3339_field<'de, D: serde::Deserializer<'de>>(
+    field: &'static str,
+    d: D,
+) -> Result<DateTime<Utc>, D::Error> {
+    d.deserialize_str(Rfc3339Field(field))
+}
+
+/// Reads a string as an RFC 3339 time; anything else is refused naming the field too
+/// ("invalid type: integer `5`, expected start_at as an RFC 3339 time").
+struct Rfc3339Field(&'static str);
+
+impl serde::de::Visitor<'_> for Rfc3339Field {
+    type Value = DateTime<Utc>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} as an RFC 3339 time", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, raw: &str) -> Result<Self::Value, E> {
+        crate::sale::parse_rfc3339(self.0, raw).map_err(E::custom)
+    }
+}
+
+/// Why a [`NewGoods`] was refused: the message starts with the field it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidGoods(String);
+
+impl From<NameError> for InvalidGoods {
+    fn from(e: NameError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// A [`NewGoods`] every rule holds for, its name trimmed: what stock-service writes.
+#[derive(Debug, Clone)]
+pub struct ValidGoods(NewGoods);
+
+impl std::ops::Deref for ValidGoods {
+    type Target = NewGoods;
+    fn deref(&self) -> &NewGoods {
+        &self.0
+    }
+}
+
 impl NewGoods {
-    /// Checks the fields against each other; the message names the offending field.
-    pub fn validate(&self) -> Result<(), String> {
-        let name = self.name.trim();
-        if name.is_empty() || name.chars().count() > 200 {
-            return Err("name must have 1 to 200 characters".into());
-        }
+    /// Checks each field, then the fields against each other, before anything is written: a
+    /// value the database could not store is refused here as the client's mistake.
+    pub fn validate(&self) -> Result<ValidGoods, InvalidGoods> {
+        let name = SaleName::parse(&self.name)?;
         if self.price_cents < 0 || self.seckill_price_cents < 0 {
-            return Err("price_cents and seckill_price_cents must not be negative".into());
+            return Err(InvalidGoods("price_cents and seckill_price_cents must not be negative".into()));
         }
         if self.seckill_price_cents > self.price_cents {
-            return Err("seckill_price_cents must not exceed price_cents".into());
+            return Err(InvalidGoods("seckill_price_cents must not exceed price_cents".into()));
         }
         if !(0..=MAX_STOCK).contains(&self.stock_total) {
-            return Err(format!("stock_total must be between 0 and {MAX_STOCK}"));
+            return Err(InvalidGoods(format!("stock_total must be between 0 and {MAX_STOCK}")));
         }
-        if self.end_at <= self.start_at {
-            return Err("end_at must be after start_at".into());
+        let start_at = SaleTime::new(self.start_at).map_err(|e| InvalidGoods(format!("start_at {e}")))?;
+        let end_at = SaleTime::new(self.end_at).map_err(|e| InvalidGoods(format!("end_at {e}")))?;
+        if end_at <= start_at {
+            return Err(InvalidGoods("end_at must be after start_at".into()));
         }
         if !(1..=MAX_BUCKETS).contains(&self.buckets) {
-            return Err(format!("buckets must be between 1 and {MAX_BUCKETS}"));
+            return Err(InvalidGoods(format!("buckets must be between 1 and {MAX_BUCKETS}")));
         }
-        Ok(())
+        Ok(ValidGoods(NewGoods { name: name.to_string(), ..self.clone() }))
     }
 }
 
@@ -464,20 +536,20 @@ mod tests {
         assert!(new_goods().validate().is_ok());
         let mut g = new_goods();
         g.stock_total = -1;
-        assert!(g.validate().unwrap_err().contains("stock_total"));
+        assert!(g.validate().unwrap_err().to_string().contains("stock_total"));
         let mut g = new_goods();
         g.end_at = g.start_at;
-        assert!(g.validate().unwrap_err().contains("end_at"));
+        assert!(g.validate().unwrap_err().to_string().contains("end_at"));
         let mut g = new_goods();
         g.seckill_price_cents = 101;
-        assert!(g.validate().unwrap_err().contains("seckill_price_cents"));
+        assert!(g.validate().unwrap_err().to_string().contains("seckill_price_cents"));
         let mut g = new_goods();
         g.name = "  ".into();
-        assert!(g.validate().unwrap_err().contains("name"));
+        assert!(g.validate().unwrap_err().to_string().contains("name"));
         for wrong in [0, MAX_BUCKETS + 1] {
             let mut g = new_goods();
             g.buckets = wrong;
-            assert!(g.validate().unwrap_err().contains("buckets"));
+            assert!(g.validate().unwrap_err().to_string().contains("buckets"));
         }
         let parsed: NewGoods = serde_json::from_value(serde_json::json!({"name": "x", "price_cents": 1,
             "seckill_price_cents": 1, "stock_total": 1, "start_at": "2026-01-01T00:00:00Z",
@@ -506,6 +578,62 @@ mod tests {
         g = new_goods();
         g.name = "x".repeat(201);
         assert!(g.validate().is_err());
+    }
+
+    #[test]
+    fn the_documented_name_pattern_is_the_one_the_rule_is_checked_against() {
+        let schema = serde_json::to_value(<NewGoods as utoipa::PartialSchema>::schema()).unwrap();
+        assert_eq!(schema["properties"]["name"]["pattern"], crate::sale::NAME_PATTERN);
+        assert_eq!(schema["properties"]["name"]["maxLength"], crate::sale::NAME_MAX_CHARS);
+    }
+
+    /// What the database cannot store, or a page should not show, is refused before any write,
+    /// each refusal naming its field.
+    #[test]
+    fn names_and_times_the_database_cannot_store_are_refused_naming_the_field() {
+        let refused = |g: NewGoods| g.validate().unwrap_err().to_string();
+        let mut g = new_goods();
+        g.name = "pho\0ne".into();
+        assert!(refused(g).starts_with("name must be printable text"));
+        let mut g = new_goods();
+        g.name = "\u{202E}enohp".into();
+        assert!(refused(g).contains("U+202E"));
+        let mut g = new_goods();
+        g.start_at = Utc.with_ymd_and_hms(1969, 12, 31, 0, 0, 0).unwrap();
+        assert!(refused(g).starts_with("start_at must be between 1970-01-01T00:00:00Z"));
+        let mut g = new_goods();
+        g.end_at = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        assert!(refused(g).starts_with("end_at must be between"));
+
+        let mut g = new_goods();
+        g.name = "  phone  ".into();
+        assert_eq!(g.validate().unwrap().name, "phone", "stored trimmed");
+    }
+
+    /// As sent on the wire: a time serde would read but PostgreSQL cannot store, an offset past
+    /// ±23:59, a lone surrogate; each a deserialization error naming its field where serde
+    /// lets it.
+    #[test]
+    fn bodies_with_unstorable_values_do_not_parse() {
+        let body = |name: &str, start: &str| {
+            format!(
+                r#"{{"name": "{name}", "price_cents": 1, "seckill_price_cents": 1, "stock_total": 1,
+                "start_at": "{start}", "end_at": "2030-01-02T00:00:00Z"}}"#
+            )
+        };
+        let error = |json: String| serde_json::from_str::<NewGoods>(&json).unwrap_err().to_string();
+        for start in ["-5000-01-01T00:00:00Z", "2030-01-01T00:00:00+99:00", "+10000-01-01T00:00:00Z"] {
+            let e = error(body("x", start));
+            assert!(e.starts_with("start_at must be an RFC 3339 time"), "{start}: {e}");
+        }
+        // serde_json: "unexpected end of hex escape", "lone leading surrogate in hex escape".
+        for lone in [r"\ud800", r"\udc00x", r"x\ud83dy"] {
+            let e = error(body(lone, "2030-01-01T00:00:00Z"));
+            assert!(e.contains("escape"), "{lone}: {e}");
+        }
+        // An escaped NUL parses (JSON allows it); validation refuses it.
+        let parsed: NewGoods = serde_json::from_str(&body(r"a\u0000b", "2030-01-01T00:00:00Z")).unwrap();
+        assert!(parsed.validate().unwrap_err().to_string().starts_with("name "));
     }
 
     #[test]

@@ -190,6 +190,45 @@ impl DbError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, DbError::Query(QueryError::NotFound))
     }
+
+    /// True when the query sent a value the database cannot store: see [`is_bad_value`]. Not
+    /// an outage; where the value came from the request, the client's mistake (400).
+    pub fn is_bad_value(&self) -> bool {
+        matches!(self, DbError::Query(e) if is_bad_value(e))
+    }
+}
+
+/// Primary messages of PostgreSQL's data exceptions (SQLSTATE class 22) a value can cause.
+/// diesel-async reports them as `Unknown`, hiding the SQLSTATE (see [`OUTAGE_MESSAGES`]);
+/// English texts, as there.
+const BAD_VALUE_MESSAGES: [&str; 6] = [
+    // 22021 character_not_in_repertoire: a NUL (`0x00`) in text.
+    "invalid byte sequence for encoding",
+    // 22P05 untranslatable_character: a server encoding other than UTF-8.
+    "has no equivalent in encoding",
+    // 22008 datetime_field_overflow (`timestamp out of range`, `date out of range`), 22003
+    // numeric_value_out_of_range (`integer out of range`, `value ... is out of range for
+    // type smallint`), 2202E array subscript: all say "out of range".
+    "out of range",
+    // 22001 string_data_right_truncation.
+    "value too long for type",
+    // 22P02 invalid_text_representation.
+    "invalid input syntax for type",
+    // 22P05 again, text with a `\u0000` escape into `jsonb`.
+    "unsupported Unicode escape sequence",
+];
+
+/// A query's values are ones the database cannot store: a data exception (SQLSTATE class 22),
+/// or a row a CHECK constraint refuses. Never an outage (those are told apart first).
+pub fn is_bad_value(e: &QueryError) -> bool {
+    use diesel::result::DatabaseErrorKind as Kind;
+    match e {
+        QueryError::DatabaseError(Kind::CheckViolation, _) => true,
+        QueryError::DatabaseError(Kind::Unknown, info) => {
+            !query_outage(e) && BAD_VALUE_MESSAGES.iter().any(|m| info.message().contains(m))
+        }
+        _ => false,
+    }
 }
 
 /// Takes a connection from the pool.

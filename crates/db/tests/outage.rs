@@ -1,7 +1,8 @@
 //! PostgreSQL outages, as diesel-async shows them, are outages: `is_outage` of an error chain
 //! (consumers requeue without counting a try) and `DbError::is_outage` (the API's 503) agree on
 //! a killed connection, a refused one, a pool with no connection to spare and a statement timeout; a query's own
-//! failures (a unique violation, a serialization failure) are not outages.
+//! failures (a unique violation, a serialization failure) are not outages, and a value the
+//! database cannot store (a NUL in text, a year before 4713 BC) is a bad value, not an outage.
 
 use std::time::{Duration, Instant};
 
@@ -199,4 +200,47 @@ fn server_errors_are_classified_by_what_they_mean() {
         commit_error: Box::new(error(Unknown, "terminating connection due to administrator command")),
     };
     assert_outage(lost);
+}
+
+/// Values the database cannot store, sent as the services send them (bound parameters): each a
+/// bad value (stock-service answers 400 for a sale's), none an outage (never a 503).
+#[tokio::test]
+async fn a_value_the_database_cannot_store_is_a_bad_value_not_an_outage() {
+    use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+    use diesel::sql_types::{Text, Timestamptz};
+
+    let db = scratch("bad_value").await;
+    let pool = pool(db.url(), DatabaseSettings::default());
+    let mut conn = pool.get().await.unwrap();
+    conn.batch_execute(
+        "CREATE TABLE t (name TEXT, at TIMESTAMPTZ, n SMALLINT, p BIGINT CHECK (p >= 0), v VARCHAR(3))",
+    )
+    .await
+    .unwrap();
+    let nul = diesel::sql_query("INSERT INTO t (name) VALUES ($1)").bind::<Text, _>("a\0b");
+    // A year chrono reads and PostgreSQL's timestamptz (from 4713 BC) does not hold.
+    let long_ago: DateTime<Utc> =
+        NaiveDate::from_ymd_opt(-5000, 1, 1).unwrap().and_time(NaiveTime::MIN).and_utc();
+    let too_early = diesel::sql_query("INSERT INTO t (at) VALUES ($1)").bind::<Timestamptz, _>(long_ago);
+    let mut errors = vec![
+        ("a NUL in text", nul.execute(&mut conn).await.unwrap_err()),
+        ("5001 BC", too_early.execute(&mut conn).await.unwrap_err()),
+    ];
+    for (what, sql) in [
+        ("a smallint overflow", "INSERT INTO t (n) SELECT 40000"),
+        ("a CHECK", "INSERT INTO t (p) VALUES (-1)"),
+        ("too long", "INSERT INTO t (v) VALUES ('abcd')"),
+        ("not a number", "SELECT 'x'::int"),
+    ] {
+        errors.push((what, conn.batch_execute(sql).await.unwrap_err()));
+    }
+    for (what, e) in errors {
+        let shown = format!("{what}: {e:?}");
+        assert!(seckill_db::is_bad_value(&e), "not a bad value: {shown}");
+        assert_not_outage(e);
+    }
+    // A query's other failures are not bad values.
+    let e = conn.batch_execute("SELECT * FROM missing").await.unwrap_err();
+    assert!(!seckill_db::is_bad_value(&e), "{e:?}");
+    assert!(!DbError::from(e).is_bad_value());
 }

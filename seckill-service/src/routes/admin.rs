@@ -18,8 +18,9 @@ pub async fn create_sale(
     body: web::Json<NewGoods>,
 ) -> Result<HttpResponse, ApiError> {
     user.require_admin()?;
-    body.validate().map_err(ApiError::invalid)?;
-    let goods = state.stock.create_goods(&body).await.map_err(|e| match e {
+    // Decided here, before stock-service is asked; stock-service decides again, on its own.
+    let sale = body.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+    let goods = state.stock.create_goods(&sale).await.map_err(|e| match e {
         StockError::Refused { status: 400, body } => ApiError::invalid(body.message),
         StockError::Refused { status: 403, body } => ApiError::new(ErrorCode::Forbidden, body.message),
         other => ApiError::unavailable("stock-service", other),

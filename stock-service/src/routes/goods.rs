@@ -38,11 +38,25 @@ pub async fn create(
     state: web::Data<AppState>,
     body: web::Json<NewGoods>,
 ) -> Result<HttpResponse, ApiError> {
-    body.validate().map_err(ApiError::invalid)?;
+    let sale = body.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
     let mut conn = conn(&state.pool).await?;
-    let created = goods::insert(&mut conn, &body).await?;
+    let created = goods::insert(&mut conn, &sale).await.map_err(insert_error)?;
     // The creator lists the goods next: not the list from before.
     state.goods_list.invalidate();
     tracing::info!(goods_id = %created.id, stock = created.stock_total, "goods created");
     Ok(HttpResponse::Created().json(created))
+}
+
+/// A database error from writing a sale. Validation keeps out what the database cannot store;
+/// should a value slip past it (a rule the database has that `validate` lacks), the data
+/// exception is still the client's input: 400, not a 500 that seckill-service would pass on
+/// as stock-service being unavailable.
+fn insert_error(e: seckill_db::QueryError) -> ApiError {
+    let e = seckill_db::DbError::from(e);
+    if e.is_bad_value() {
+        tracing::warn!(error.cause_chain = %format_args!("{:#}", anyhow::Error::from(e)), "goods refused by the database");
+        ApiError::invalid("a field of the sale holds a value the database cannot store")
+    } else {
+        e.into()
+    }
 }

@@ -14,6 +14,7 @@ mod lifecycle;
 mod purchase;
 mod queues;
 mod redis_loss;
+mod sale_input;
 mod security;
 mod storefront;
 mod storm;
