@@ -147,6 +147,10 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// How long a graceful shutdown waits for in-flight requests, in seconds.
     pub shutdown_timeout_secs: u64,
+    /// How long a client may take to send a request: its head from the connection's first
+    /// byte, then its body from the end of the head. Past it the request is answered 408 and
+    /// the connection closed, so slow senders cannot hold a server's sockets and memory.
+    pub read_timeout_ms: u64,
 }
 
 impl Default for HttpSettings {
@@ -159,13 +163,37 @@ impl Default for HttpSettings {
             workers: 0,
             body_limit_bytes: 64 * 1024,
             shutdown_timeout_secs: 20,
+            // The bodies are small JSON documents: a client that has not sent one in 5 s is
+            // stalled or stalling on purpose.
+            read_timeout_ms: 5_000,
         }
     }
 }
 
+/// Longest `http.read_timeout_ms`: the bound is what keeps slow senders from holding sockets, and
+/// no request of this system takes a live client anywhere near this long to send.
+pub const MAX_READ_TIMEOUT_MS: u64 = 60_000;
+
 impl HttpSettings {
     pub fn port_or(&self, standard: u16) -> u16 {
         self.port.unwrap_or(standard)
+    }
+
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.read_timeout_ms)
+    }
+
+    /// Every service checks its `http.*` here.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // 0 would not mean "at once": the server reads it as "never", the very hole the bound closes.
+        ConfigError::check_positive("http.read_timeout_ms", self.read_timeout_ms)?;
+        if self.read_timeout_ms > MAX_READ_TIMEOUT_MS {
+            return Err(ConfigError::at(
+                "http.read_timeout_ms",
+                format!("must be at most {MAX_READ_TIMEOUT_MS}"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -424,6 +452,19 @@ mod tests {
         assert!(err.to_string().contains("prot"), "{err}");
         assert!(load_from::<Two>(ConfigFile::None, env(&[("SECKILL__REDIS__URL", "redis://r")])).is_err());
         assert!(load_from::<Two>(ConfigFile::Required("no/such/file".into()), env(&[])).is_err());
+    }
+
+    #[test]
+    fn a_read_timeout_of_zero_or_past_the_most_is_refused_naming_the_key() {
+        HttpSettings::default().validate().unwrap();
+        for bad in [0, MAX_READ_TIMEOUT_MS + 1] {
+            let s = HttpSettings { read_timeout_ms: bad, ..HttpSettings::default() };
+            let message = s.validate().unwrap_err().to_string();
+            assert!(message.contains("SECKILL__HTTP__READ_TIMEOUT_MS"), "{message}");
+        }
+        let s = HttpSettings { read_timeout_ms: MAX_READ_TIMEOUT_MS, ..HttpSettings::default() };
+        assert_eq!(s.read_timeout(), Duration::from_secs(60));
+        s.validate().unwrap();
     }
 
     #[test]

@@ -22,6 +22,7 @@ impl ErrorBody {
 pub enum ErrorCode {
     InvalidInput,
     PayloadTooLarge,
+    RequestTimeout,
     Unauthorized,
     Forbidden,
     NotFound,
@@ -47,9 +48,10 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for whatever must say something of each (the storefront's sentences).
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         Self::InvalidInput,
         Self::PayloadTooLarge,
+        Self::RequestTimeout,
         Self::Unauthorized,
         Self::Forbidden,
         Self::NotFound,
@@ -77,6 +79,7 @@ impl ErrorCode {
         match self {
             Self::InvalidInput => "INVALID_INPUT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden => "FORBIDDEN",
             Self::NotFound => "NOT_FOUND",
@@ -109,6 +112,7 @@ impl ErrorCode {
             Self::Forbidden | Self::BadToken => 403,
             Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound => 404,
             Self::MethodNotAllowed => 405,
+            Self::RequestTimeout => 408,
             Self::Repeated
             | Self::OutOfStock
             | Self::KeyReleased
@@ -150,10 +154,11 @@ mod tests {
             assert_eq!(code as usize, i, "{code} in its place");
             // No wildcard: a new code does not compile here until it is added, then to ALL.
             match code {
-                InvalidInput | PayloadTooLarge | Unauthorized | Forbidden | NotFound | MethodNotAllowed
-                | GoodsNotFound | OrderNotFound | NotStarted | Ended | SoldOut | Repeated | BadToken
-                | RateLimited | OutOfStock | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy
-                | Unavailable | UpstreamUnavailable | UpstreamTimeout | Internal => {}
+                InvalidInput | PayloadTooLarge | RequestTimeout | Unauthorized | Forbidden | NotFound
+                | MethodNotAllowed | GoodsNotFound | OrderNotFound | NotStarted | Ended | SoldOut
+                | Repeated | BadToken | RateLimited | OutOfStock | KeyReleased | OrderNotPayable
+                | OrderNotCancellable | Busy | Unavailable | UpstreamUnavailable | UpstreamTimeout
+                | Internal => {}
             }
         }
         assert_eq!(ErrorCode::ALL.len(), Internal as usize + 1, "the last code last");

@@ -7,6 +7,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod metrics;
+pub mod read_bound;
 pub mod request_id;
 pub mod runner;
 pub mod server;

@@ -14,7 +14,12 @@ use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::read_bound::{self, ReadBound};
 use crate::{ApiError, extract, health, metrics, request_id};
+
+/// How long a connection being closed may linger: the server's answer flushed, the rest of a
+/// refused body drained (`crate::read_bound`). Past it the socket is dropped.
+pub const CLIENT_DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who may call a server: every request but the probes needs a credential checked against
 /// these keys ([`crate::trust`]), or, for the gateway alone, anyone may.
@@ -38,6 +43,7 @@ where
 {
     metrics::handle();
     let limit = settings.body_limit_bytes;
+    let bound = ReadBound::new(settings);
     let trust = match door {
         Door::Trusted(trust) => Some(web::Data::new(trust)),
         Door::Public => None,
@@ -51,6 +57,9 @@ where
         app
             // Innermost: a refused request still gets its request id and is counted.
             .wrap(Condition::new(checked, from_fn(crate::trust::middleware)))
+            // Outside the credential check: a refused request's body is bounded too. Inside the
+            // metrics and the request id: a 408 is counted and can be found in the log.
+            .wrap(from_fn(move |req, next| read_bound::middleware(bound, req, next)))
             .wrap(from_fn(metrics::middleware))
             .wrap(from_fn(request_id::middleware))
             .app_data(extract::json_config(limit))
@@ -72,6 +81,9 @@ where
     // background work after the last request.
     .disable_signals()
     .keep_alive(SERVER_KEEP_ALIVE)
+    // The head of a request; its body is `read_bound::middleware`'s.
+    .client_request_timeout(bound.timeout)
+    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if settings.workers > 0 {
         server = server.workers(settings.workers);

@@ -12,6 +12,7 @@
   var MESSAGES = {
     INVALID_INPUT: 'The shop did not understand that request. Reload the page and try again.',
     PAYLOAD_TOO_LARGE: 'That request was too large for the shop.',
+    REQUEST_TIMEOUT: 'The connection was too slow to send that request. Try again.',
     UNAUTHORIZED: 'Please sign in again: your sign-in is missing or has expired.',
     FORBIDDEN: 'Your account may not do that.',
     NOT_FOUND: 'The shop could not find that.',
