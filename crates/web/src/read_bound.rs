@@ -266,9 +266,11 @@ mod tests {
     async fn a_head_not_whole_in_time_is_408_and_closed() {
         let (server, port) = start();
         let seen = exchange(port, &[b"GET /ignore HTTP/1.1\r\nhost: x\r\n"], Duration::ZERO).await;
-        // actix's own answer, without a body.
+        // actix's own answer, without a body, counted from a clock that ticks every half
+        // second: it may come that much before the bound, never after.
         assert!(seen.answer.starts_with("HTTP/1.1 408"), "{}", seen.answer);
-        assert_cut_at_the_bound(&seen);
+        assert!(seen.answered < BOUND + SLACK, "answered after {:?}", seen.answered);
+        assert!(seen.closed < BOUND + CLOSE + SLACK, "closed after {:?}", seen.closed);
         server.stop(false).await;
     }
 

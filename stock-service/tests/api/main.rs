@@ -4,5 +4,6 @@ mod goods;
 mod helpers;
 mod ledger;
 mod outage;
+mod read_bounds;
 mod releases;
 mod trust;

@@ -1,0 +1,116 @@
+//! Slow clients, by hand over raw TCP (an HTTP client library always sends what it promised):
+//! a head sent in part, a body declared and sent in part, a GET declaring a body it never sends.
+//! Each sends its part, then nothing, and reads until the server closes the connection; the
+//! tests of `http.read_timeout_ms` hold what they see against the bound.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How late past the bound a connection may be answered on a loaded test machine.
+pub const SLACK: Duration = Duration::from_millis(1_500);
+
+/// What a slow client saw, counted from its first byte sent.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Everything the server sent before it closed.
+    pub answer: String,
+    /// When the first byte of the answer came.
+    pub answered: Duration,
+    /// When the server closed the connection.
+    pub closed: Duration,
+}
+
+impl Seen {
+    /// The answer's status code (0 when there was none).
+    pub fn status(&self) -> u16 {
+        self.answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+
+    /// Answered 408 by the bound, and closed at most `linger` after the answer. A head's 408
+    /// is the server's own, bodiless, and may come up to half a second early: actix counts it
+    /// from a clock that ticks every half second.
+    pub fn assert_cut_at(&self, bound: Duration, linger: Duration, what: &str) {
+        let Self { answer, answered, closed } = self;
+        assert_eq!(self.status(), 408, "{what}: answered {answer:?}");
+        assert!(*answered < bound + SLACK, "{what}: answered after {answered:?}, the bound is {bound:?}");
+        assert!(*closed < bound + linger + SLACK, "{what}: closed after {closed:?}, the bound is {bound:?}");
+    }
+
+    /// As [`Seen::assert_cut_at`], for a body: not before the bound, the project's error and
+    /// `Connection: close`.
+    pub fn assert_body_cut_at(&self, bound: Duration, linger: Duration, what: &str) {
+        self.assert_cut_at(bound, linger, what);
+        let answered = self.answered;
+        assert!(answered >= bound, "{what}: answered after {answered:?}, before the bound {bound:?}");
+        assert!(self.answer.contains(r#""code":"REQUEST_TIMEOUT""#), "{what}: {}", self.answer);
+        assert!(self.answer.to_ascii_lowercase().contains("connection: close"), "{what}: {}", self.answer);
+    }
+}
+
+/// A head cut off before its blank line.
+pub fn partial_head(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nhost: slow\r\nuser-agent: slow\r\n").into_bytes()
+}
+
+/// A whole head declaring a JSON body of 1,000 bytes, and 10 of them.
+pub fn partial_body(method: &str, path: &str) -> Vec<u8> {
+    format!(
+        "{method} {path} HTTP/1.1\r\nhost: slow\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{\"a\": \"bc\""
+    )
+    .into_bytes()
+}
+
+/// A whole GET head declaring a body of 1,000 bytes, and none of it.
+pub fn get_with_length(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nhost: slow\r\ncontent-length: 1000\r\n\r\n").into_bytes()
+}
+
+/// Connects, sends `bytes`, then nothing; reads until the server closes or `give_up` passes
+/// (then panics: the connection was held open).
+pub async fn send_and_wait(addr: SocketAddr, bytes: &[u8], give_up: Duration) -> Seen {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let started = Instant::now();
+    stream.write_all(bytes).await.expect("write");
+    let mut raw = Vec::new();
+    let mut answered = None;
+    let mut buf = [0; 4096];
+    loop {
+        let Some(left) = give_up.checked_sub(started.elapsed()) else {
+            panic!(
+                "{addr}: still open after {:?}; answered so far {:?}",
+                started.elapsed(),
+                String::from_utf8_lossy(&raw)
+            );
+        };
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => continue,
+            // Closed, or reset (a server dropping a connection with unread bytes resets it).
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => {
+                answered.get_or_insert_with(|| started.elapsed());
+                raw.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+    let closed = started.elapsed();
+    Seen { answer: String::from_utf8_lossy(&raw).into_owned(), answered: answered.unwrap_or(closed), closed }
+}
+
+/// The three slow clients at once against `addr` (`post` a route taking a body, `get` one
+/// taking none), each checked against `bound`; `what` names the port in failures.
+pub async fn assert_every_read_bounded(addr: SocketAddr, post: &str, get: &str, bound: Duration, what: &str) {
+    let linger = seckill_web::server::CLIENT_DISCONNECT_TIMEOUT;
+    let give_up = bound + linger + SLACK * 2;
+    let (head, body, length) = (partial_head(get), partial_body("POST", post), get_with_length(get));
+    let (head, body, length) = tokio::join!(
+        send_and_wait(addr, &head, give_up),
+        send_and_wait(addr, &body, give_up),
+        send_and_wait(addr, &length, give_up),
+    );
+    head.assert_cut_at(bound, linger, &format!("{what}: a slow head"));
+    body.assert_body_cut_at(bound, linger, &format!("{what}: a slow body on POST {post}"));
+    length.assert_body_cut_at(bound, linger, &format!("{what}: GET {get} declaring a body it never sends"));
+}
