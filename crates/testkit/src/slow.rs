@@ -68,35 +68,59 @@ pub fn get_with_length(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nhost: slow\r\ncontent-length: 1000\r\n\r\n").into_bytes()
 }
 
-/// Connects, sends `bytes`, then nothing; reads until the server closes or `give_up` passes
-/// (then panics: the connection was held open).
-pub async fn send_and_wait(addr: SocketAddr, bytes: &[u8], give_up: Duration) -> Seen {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let started = Instant::now();
-    stream.write_all(bytes).await.expect("write");
-    let mut raw = Vec::new();
-    let mut answered = None;
-    let mut buf = [0; 4096];
-    loop {
-        let Some(left) = give_up.checked_sub(started.elapsed()) else {
-            panic!(
-                "{addr}: still open after {:?}; answered so far {:?}",
-                started.elapsed(),
-                String::from_utf8_lossy(&raw)
-            );
-        };
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => continue,
-            // Closed, or reset (a server dropping a connection with unread bytes resets it).
-            Ok(Ok(0) | Err(_)) => break,
-            Ok(Ok(n)) => {
-                answered.get_or_insert_with(|| started.elapsed());
-                raw.extend_from_slice(&buf[..n]);
+/// A connection that sent its part and sends nothing more.
+#[derive(Debug)]
+pub struct SlowClient {
+    stream: TcpStream,
+    started: Instant,
+}
+
+impl SlowClient {
+    /// Connects and sends `bytes`.
+    pub async fn open(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<Self> {
+        let mut stream = TcpStream::connect(addr).await?;
+        let started = Instant::now();
+        stream.write_all(bytes).await?;
+        Ok(Self { stream, started })
+    }
+
+    /// Reads until the server closes the connection, or panics once `give_up` has passed
+    /// since the first byte was sent: the connection was held open.
+    pub async fn wait_closed(mut self, give_up: Duration) -> Seen {
+        let mut raw = Vec::new();
+        let mut answered = None;
+        let mut buf = [0; 4096];
+        loop {
+            let Some(left) = give_up.checked_sub(self.started.elapsed()) else {
+                panic!(
+                    "still open after {:?}; answered so far {:?}",
+                    self.started.elapsed(),
+                    String::from_utf8_lossy(&raw)
+                );
+            };
+            match tokio::time::timeout(left, self.stream.read(&mut buf)).await {
+                Err(_) => continue,
+                // Closed, or reset (a server dropping a connection with unread bytes resets it).
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(n)) => {
+                    answered.get_or_insert_with(|| self.started.elapsed());
+                    raw.extend_from_slice(&buf[..n]);
+                }
             }
         }
+        let closed = self.started.elapsed();
+        Seen {
+            answer: String::from_utf8_lossy(&raw).into_owned(),
+            answered: answered.unwrap_or(closed),
+            closed,
+        }
     }
-    let closed = started.elapsed();
-    Seen { answer: String::from_utf8_lossy(&raw).into_owned(), answered: answered.unwrap_or(closed), closed }
+}
+
+/// [`SlowClient::open`], then [`SlowClient::wait_closed`].
+pub async fn send_and_wait(addr: SocketAddr, bytes: &[u8], give_up: Duration) -> Seen {
+    let client = SlowClient::open(addr, bytes).await.unwrap_or_else(|e| panic!("{addr}: {e}"));
+    client.wait_closed(give_up).await
 }
 
 /// The three slow clients at once against `addr` (`post` a route taking a body, `get` one

@@ -12,6 +12,7 @@ mod helpers {
 mod lifecycle;
 mod purchase;
 mod queues;
+mod read_bounds;
 mod redis_loss;
 mod security;
 mod storefront;
