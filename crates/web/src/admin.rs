@@ -8,6 +8,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use seckill_common::ErrorCode;
 use seckill_common::config::HttpSettings;
 
+use crate::keep_alive::Watchdog;
 use crate::read_bound::{self, ReadBound};
 use crate::{ApiError, health, metrics};
 
@@ -17,7 +18,8 @@ const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
 /// Binds `GET /metrics` and `GET /healthz`, plus the routes `configure` adds (e.g. a detailed
 /// `/readyz`), on `host:port` (port 0 asks the OS). Returns the server unstarted and the port
 /// it got. One worker: a scrape every few seconds needs no more. Its reads are bounded as the
-/// main server's (`http.read_timeout_ms`, `http.body_limit_bytes`, [`crate::read_bound`]).
+/// main server's (`http.read_timeout_ms`, `http.body_limit_bytes`, `http.keep_alive_secs`,
+/// [`crate::read_bound`], [`crate::keep_alive`]).
 pub fn serve_admin<F>(
     host: &str,
     port: u16,
@@ -29,6 +31,7 @@ where
 {
     metrics::handle();
     let bound = ReadBound::new(http);
+    let watchdog = Watchdog::start(http.keep_alive(), bound.timeout)?;
     let server = HttpServer::new(move || {
         App::new()
             .wrap(from_fn(move |req, next| read_bound::middleware(bound, req, next)))
@@ -39,7 +42,9 @@ where
     })
     // Stopped by `Application::run_until_stopped`, after the main server.
     .disable_signals()
+    .keep_alive(http.keep_alive())
     .client_request_timeout(bound.timeout)
+    .on_connect(watchdog.on_connect())
     .client_disconnect_timeout(crate::server::CLIENT_DISCONNECT_TIMEOUT)
     .workers(1)
     .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod keep_alive;
 pub mod metrics;
 pub mod read_bound;
 pub mod request_id;

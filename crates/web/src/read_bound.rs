@@ -29,6 +29,7 @@ use seckill_common::ErrorCode;
 use seckill_common::config::HttpSettings;
 
 use crate::ApiError;
+use crate::keep_alive::{ServedBody, Serving};
 
 /// How long a request may take to arrive, and how large its body may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,18 @@ fn declared(headers: &HeaderMap, limit: usize) -> Declared {
 /// Reads the request's body within `bound` before anything else looks at the request (see the
 /// module's doc). Install with `from_fn(move |req, next| read_bound::middleware(bound, req, next))`.
 pub async fn middleware(
+    bound: ReadBound,
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<ServedBody<EitherBody<impl MessageBody>>>, Error> {
+    // Until its answer is written, the request holds its connection open against the
+    // keep-alive watchdog (`crate::keep_alive`).
+    let serving = Serving::begin(&req);
+    let response = bounded(bound, req, next).await?;
+    Ok(response.map_body(|_, body| ServedBody::new(body, serving)))
+}
+
+async fn bounded(
     bound: ReadBound,
     mut req: ServiceRequest,
     next: Next<impl MessageBody>,

@@ -9,11 +9,12 @@ use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use seckill_common::ErrorCode;
-use seckill_common::config::{HttpSettings, SERVER_KEEP_ALIVE};
+use seckill_common::config::HttpSettings;
 use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::keep_alive::Watchdog;
 use crate::read_bound::{self, ReadBound};
 use crate::{ApiError, extract, health, metrics, request_id};
 
@@ -44,6 +45,15 @@ where
     metrics::handle();
     let limit = settings.body_limit_bytes;
     let bound = ReadBound::new(settings);
+    let watchdog = Watchdog::start(settings.keep_alive(), bound.timeout)?;
+    if !settings.keep_alive_outlives_callers_pools() {
+        tracing::warn!(
+            keep_alive_secs = settings.keep_alive_secs,
+            callers_pool_idle_secs = seckill_common::config::CLIENT_POOL_IDLE.as_secs(),
+            "http.keep_alive_secs is not above how long callers keep an idle pooled connection: \
+             a request sent on one just as this server closes it fails"
+        );
+    }
     let trust = match door {
         Door::Trusted(trust) => Some(web::Data::new(trust)),
         Door::Public => None,
@@ -80,9 +90,11 @@ where
     // Shutdown is ours to drive (see `Application::run_until_stopped`), so the service can finish its
     // background work after the last request.
     .disable_signals()
-    .keep_alive(SERVER_KEEP_ALIVE)
-    // The head of a request; its body is `read_bound::middleware`'s.
+    .keep_alive(settings.keep_alive())
+    // The head of a connection's first request; its body is `read_bound::middleware`'s, the
+    // heads after it the watchdog's (`crate::keep_alive`).
     .client_request_timeout(bound.timeout)
+    .on_connect(watchdog.on_connect())
     .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if settings.workers > 0 {
