@@ -138,3 +138,135 @@ pub async fn assert_every_read_bounded(addr: SocketAddr, post: &str, get: &str, 
     body.assert_body_cut_at(bound, linger, &format!("{what}: a slow body on POST {post}"));
     length.assert_body_cut_at(bound, linger, &format!("{what}: GET {get} declaring a body it never sends"));
 }
+
+/// How often [`assert_next_head_bounded`] sends a byte of its head: far more often than any
+/// bound, so only a bound on the whole wait between requests ends it.
+pub const TRICKLE: Duration = Duration::from_millis(200);
+
+/// A whole `GET path` asking to keep the connection.
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nhost: slow\r\nuser-agent: slow\r\n\r\n").into_bytes()
+}
+
+/// Reads one answer off `stream` (its head and its `Content-Length` body): its text, or None
+/// when the server closed the connection first. Panics past `give_up`.
+pub async fn read_answer(stream: &mut TcpStream, give_up: Duration) -> Option<String> {
+    let mut raw = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&raw);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or_else(|| panic!("an answer without Content-Length: {text}"));
+            if raw.len() >= end + 4 + length {
+                return Some(text.into_owned());
+            }
+        }
+        match tokio::time::timeout(give_up, stream.read(&mut buf)).await {
+            Err(_) => panic!("no whole answer within {give_up:?}: {text}"),
+            Ok(Ok(0) | Err(_)) => return None,
+            Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// One whole `GET path` on a new connection, answered; then the next head begun and sent a
+/// byte every [`TRICKLE`], never finished. The server must close the connection no sooner than
+/// its `keep_alive` after the answer (an honest client may wait that long) and no later than
+/// `keep_alive + bound`, the watchdog's tick and [`SLACK`].
+pub async fn assert_next_head_bounded(
+    addr: SocketAddr,
+    path: &str,
+    keep_alive: Duration,
+    bound: Duration,
+    what: &str,
+) {
+    let give_up = keep_alive + bound + SLACK * 3;
+    let mut stream = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("{what}: {addr}: {e}"));
+    stream.write_all(&get(path)).await.unwrap();
+    let answer = read_answer(&mut stream, give_up).await;
+    let answer = answer.unwrap_or_else(|| panic!("{what}: closed before the first answer"));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{what}: {answer}");
+    let answered = Instant::now();
+    let next = format!("GET {path} HTTP/1.1\r\nhost: slow\r\nx-slow: ");
+    let (mut reader, mut writer) = stream.into_split();
+    let trickle = async {
+        for byte in next.bytes().chain(std::iter::repeat(b'a')) {
+            if writer.write_all(&[byte]).await.is_err() {
+                // Refused: the server is gone.
+                return;
+            }
+            tokio::time::sleep(TRICKLE).await;
+        }
+    };
+    let closed = async {
+        let mut buf = [0; 4096];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    panic!("{what}: answered a head never finished: {}", String::from_utf8_lossy(&buf[..n]))
+                }
+            }
+        }
+    };
+    let cut = tokio::time::timeout(give_up, async {
+        tokio::pin!(trickle, closed);
+        let mut trickling = true;
+        loop {
+            tokio::select! {
+                () = &mut closed => return,
+                // A write refused: the server is gone, its end of the stream still to be read.
+                () = &mut trickle, if trickling => trickling = false,
+            }
+        }
+    })
+    .await;
+    let after = answered.elapsed();
+    assert!(cut.is_ok(), "{what}: the next head sent a byte every {TRICKLE:?} still open after {after:?}");
+    assert!(
+        after >= keep_alive,
+        "{what}: closed {after:?} after the answer, before the keep-alive {keep_alive:?}"
+    );
+    let most = keep_alive + bound + seckill_web::keep_alive::TICK + SLACK;
+    assert!(after < most, "{what}: closed {after:?} after the answer, the bound is {most:?}");
+}
+
+/// An honest client: `GET path` `requests` times on one connection, a pause of three quarters
+/// of `keep_alive` before each after the first; altogether longer than `keep_alive + bound`,
+/// so only requests served keep the connection. Every one must be answered on it.
+pub async fn assert_kept_alive(
+    addr: SocketAddr,
+    path: &str,
+    keep_alive: Duration,
+    bound: Duration,
+    what: &str,
+) {
+    let pause = keep_alive * 3 / 4;
+    let requests = ((keep_alive + bound).as_millis() / pause.as_millis()) as u32 + 2;
+    let mut stream = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("{what}: {addr}: {e}"));
+    let started = Instant::now();
+    for n in 0..requests {
+        if n > 0 {
+            tokio::time::sleep(pause).await;
+        }
+        let sent = stream.write_all(&get(path)).await;
+        let answer = match sent {
+            Ok(()) => read_answer(&mut stream, pause + SLACK).await,
+            Err(_) => None,
+        };
+        let Some(answer) = answer else {
+            panic!(
+                "{what}: request {n} of {requests} found the connection closed, {:?} in",
+                started.elapsed()
+            )
+        };
+        assert!(answer.starts_with("HTTP/1.1 200"), "{what}: request {n}: {answer}");
+    }
+    assert!(started.elapsed() > keep_alive + bound, "{what}: over in {:?}", started.elapsed());
+}
