@@ -211,3 +211,129 @@ impl<B: MessageBody + Unpin> MessageBody for ServedBody<B> {
         body.try_into_bytes().map_err(|body| Self { body, serving })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{App, HttpResponse, HttpServer, web};
+    use futures_util::stream;
+    use seckill_common::config::HttpSettings;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+    use crate::Door;
+
+    const KEEP_ALIVE: Duration = Duration::from_secs(1);
+    const BOUND: Duration = Duration::from_millis(300);
+    /// Longer than the keep-alive, the bound and a tick together: the watchdog would have cut
+    /// a connection quiet this long.
+    const LONG: Duration = Duration::from_millis(2_500);
+    const CHUNKS: u32 = 10;
+
+    /// A server as `crate::serve` builds them, with `GET /stream` (an answer streamed in
+    /// `CHUNKS` pieces over `LONG`) and `GET /slow` (a handler that takes `LONG`).
+    fn start() -> (actix_web::dev::ServerHandle, u16) {
+        let settings = HttpSettings {
+            port: Some(0),
+            workers: 1,
+            shutdown_timeout_secs: 1,
+            read_timeout_ms: BOUND.as_millis() as u64,
+            keep_alive_secs: KEEP_ALIVE.as_secs(),
+            ..HttpSettings::default()
+        };
+        let (server, port) = crate::serve(&settings, 0, Door::Public, |cfg| {
+            cfg.route(
+                "/stream",
+                web::get().to(|| async {
+                    let chunks = stream::unfold(0, |n| async move {
+                        if n == CHUNKS {
+                            return None;
+                        }
+                        tokio::time::sleep(LONG / CHUNKS).await;
+                        Some((Ok::<_, actix_web::Error>(Bytes::from(format!("chunk {n};"))), n + 1))
+                    });
+                    HttpResponse::Ok().streaming(chunks)
+                }),
+            )
+            .route(
+                "/slow",
+                web::get().to(|| async {
+                    tokio::time::sleep(LONG).await;
+                    HttpResponse::Ok().body("slow")
+                }),
+            );
+        })
+        .unwrap();
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        (handle, port)
+    }
+
+    /// Sends `GET path` and reads until the raw answer holds `end`; None when the server closed
+    /// the connection first.
+    async fn ask(stream: &mut TcpStream, path: &str, end: &str) -> Option<String> {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        let mut buf = [0; 4096];
+        while !String::from_utf8_lossy(&raw).contains(end) {
+            match tokio::time::timeout(LONG * 2, stream.read(&mut buf)).await {
+                Err(_) => panic!("no whole answer: {}", String::from_utf8_lossy(&raw)),
+                Ok(Ok(0) | Err(_)) => return None,
+                Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+            }
+        }
+        Some(String::from_utf8_lossy(&raw).into_owned())
+    }
+
+    /// Fails when the request's `Serving` ends with its answer's head instead of its body: the
+    /// stream is cut about `KEEP_ALIVE + BOUND` in.
+    #[actix_web::test]
+    async fn a_slowly_streamed_answer_is_not_cut_and_its_connection_serves_the_next_request() {
+        let (server, port) = start();
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        // A first request, so the watchdog's keep-alive applies to what follows.
+        let first = ask(&mut stream, "/healthz", "\r\n\r\n").await.expect("answered");
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        let started = Instant::now();
+        let streamed = ask(&mut stream, "/stream", "0\r\n\r\n").await.expect("streamed to its end");
+        assert!(started.elapsed() >= LONG, "streamed in {:?}", started.elapsed());
+        for n in 0..CHUNKS {
+            assert!(streamed.contains(&format!("chunk {n};")), "{streamed}");
+        }
+        let next = ask(&mut stream, "/slow", "slow").await.expect("a slow handler answered");
+        assert!(next.starts_with("HTTP/1.1 200"), "{next}");
+        server.stop(false).await;
+    }
+
+    #[actix_web::test]
+    async fn the_watchdog_ends_with_its_server() {
+        let watchdog = Watchdog::start(KEEP_ALIVE, BOUND).unwrap();
+        let registry = Arc::downgrade(&watchdog.registry);
+        let server = HttpServer::new(|| App::new().route("/", web::get().to(HttpResponse::Ok)))
+            .workers(1)
+            .disable_signals()
+            .on_connect(watchdog.on_connect())
+            .bind(("127.0.0.1", 0))
+            .unwrap();
+        drop(watchdog);
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        let running = actix_web::rt::spawn(server);
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        assert!(ask(&mut stream, "/", "\r\n\r\n").await.is_some());
+        let watched = registry.upgrade().expect("the server holds the registry");
+        assert_eq!(watched.entries.lock().unwrap().len(), 1, "the connection is watched");
+        drop(watched);
+        drop(stream);
+        handle.stop(false).await;
+        running.await.unwrap().unwrap();
+        // Gone with the server: the thread finds nothing to watch at its next tick and ends.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while registry.upgrade().is_some() {
+            assert!(Instant::now() < deadline, "the registry outlived its server");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
