@@ -2,7 +2,8 @@
 //! builds ([`crate::serve`], [`crate::admin::serve_admin`]).
 //!
 //! The head is actix's: its request timer (`client_request_timeout`, set by the servers) answers
-//! 408 and closes a connection whose first request's head is not whole within the bound. The body is ours: actix
+//! 408 and closes a connection whose first request's head is not whole within the bound (the
+//! heads after it are bounded by [`crate::keep_alive`]'s watchdog). The body is ours: actix
 //! has no timer for it, so a client that declares a length and sends less holds the connection,
 //! its socket and its buffers for as long as it likes; and a handler that never reads its body
 //! (a `GET` sent with `Content-Length: 1000`) answers, then leaves the connection waiting for the
