@@ -3,6 +3,9 @@
 //! Done by hand rather than with actix's `Bytes` extractor so that an oversized body is answered
 //! with the JSON `PAYLOAD_TOO_LARGE` error instead of actix's plain-text one, and rather than
 //! with `Payload::to_bytes_limited`, which reserves 32 KiB for every request, empty GETs too.
+//!
+//! By the time a handler runs, `seckill_web::read_bound` has read the body within
+//! `http.read_timeout_ms` and the same limit: here it is one buffered chunk, taken as is.
 
 use actix_web::HttpRequest;
 use actix_web::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};

@@ -266,6 +266,7 @@ impl Settings {
     /// Fails on the first unusable value, naming its key and environment variable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.jwt_secret()?;
+        self.http.validate()?;
         self.redis.validate()?;
         if let Some(previous) = &self.auth.jwt_previous_secret
             && previous.len() < MIN_JWT_SECRET_BYTES

@@ -380,8 +380,15 @@ const ADMIN: Cases = &[
     ),
     (ErrorCode::Forbidden, "The token is not an admin's."),
 ];
-/// Any POST: the gateway reads the body within `http.body_limit_bytes` before forwarding it.
-const BODY_LIMIT: Cases = &[(ErrorCode::PayloadTooLarge, "The body is larger than `http.body_limit_bytes`.")];
+/// Any POST: the gateway reads the body within `http.body_limit_bytes` and `http.read_timeout_ms`
+/// before forwarding it.
+const BODY_LIMIT: Cases = &[
+    (ErrorCode::PayloadTooLarge, "The body is larger than `http.body_limit_bytes`."),
+    (
+        ErrorCode::RequestTimeout,
+        "The body did not arrive whole within `http.read_timeout_ms`; the connection is closed.",
+    ),
+];
 const BAD_GOODS_ID: Cases = &[(ErrorCode::InvalidInput, "The goods id is not a positive integer.")];
 const BAD_ORDER_ID: Cases = &[(ErrorCode::InvalidInput, "The order id is not a positive integer.")];
 const NO_SALE: Cases = &[(ErrorCode::GoodsNotFound, "No sale has this goods id.")];

@@ -65,11 +65,15 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, Door::Public, move |cfg| {
         routes::configure(cfg, public.clone(), dev_tokens);
     })?;
-    let (admin, admin_port) =
-        seckill_web::admin::serve_admin(settings.admin_host(), settings.admin_port(), move |cfg| {
+    let (admin, admin_port) = seckill_web::admin::serve_admin(
+        settings.admin_host(),
+        settings.admin_port(),
+        &settings.http,
+        move |cfg| {
             routes::admin_routes(cfg, gateway.clone());
-        })
-        .with_context(|| format!("cannot bind the admin listener (admin.port {})", settings.admin_port()))?;
+        },
+    )
+    .with_context(|| format!("cannot bind the admin listener (admin.port {})", settings.admin_port()))?;
 
     let lifecycle = Lifecycle::new();
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());

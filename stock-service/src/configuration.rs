@@ -47,6 +47,7 @@ seckill_common::service_settings!(Settings, SERVICE);
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.http.validate()?;
         self.amqp.validate()?;
         self.database.validate()
     }

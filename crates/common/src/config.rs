@@ -10,15 +10,18 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-/// How long a listener keeps an idle keep-alive connection open.
-pub const SERVER_KEEP_ALIVE: Duration = Duration::from_secs(75);
-
 /// How long a caller (the gateway, a service calling another) keeps an idle pooled connection:
-/// shorter than [`SERVER_KEEP_ALIVE`], so the caller drops it first. The other way round, a
+/// shorter than any listener's `http.keep_alive_secs`, so the caller drops it first. The other way round, a
 /// request sent just as the server closes an idle connection fails ("connection closed before
 /// message completed"), and a buy cannot be sent again blindly.
 pub const CLIENT_POOL_IDLE: Duration = Duration::from_secs(60);
-const _: () = assert!(CLIENT_POOL_IDLE.as_secs() < SERVER_KEEP_ALIVE.as_secs());
+const _: () = assert!(CLIENT_POOL_IDLE.as_secs() < DEFAULT_KEEP_ALIVE_SECS);
+
+/// `http.keep_alive_secs` unless set.
+const DEFAULT_KEEP_ALIVE_SECS: u64 = 75;
+/// Longest `http.keep_alive_secs`: between two requests a connection may hold its socket this
+/// long (and `http.read_timeout_ms` more), so it is bounded like every other wait.
+pub const MAX_KEEP_ALIVE_SECS: u64 = 3_600;
 
 /// Reads the layered configuration of `service` into `T`: its file, then the process environment.
 pub fn load<T: DeserializeOwned>(service: &str) -> Result<T, ConfigError> {
@@ -147,6 +150,16 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// How long a graceful shutdown waits for in-flight requests, in seconds.
     pub shutdown_timeout_secs: u64,
+    /// How long a client may take to send a request: its head from the connection's first
+    /// byte, then its body from the end of the head. Past it the request is answered 408 and
+    /// the connection closed, so slow senders cannot hold a server's sockets and memory.
+    pub read_timeout_ms: u64,
+    /// How long a listener keeps an idle connection open after an answer, in seconds. Past it
+    /// (and `read_timeout_ms` more, for a next request begun just before it) a connection
+    /// without a request being served is closed, sending or not (`seckill_web::keep_alive`).
+    /// On a port other services call, keep it above [`CLIENT_POOL_IDLE`] (as the default is),
+    /// so callers drop their idle pooled connections first (see [`HttpSettings::keep_alive_outlives_callers_pools`]).
+    pub keep_alive_secs: u64,
 }
 
 impl Default for HttpSettings {
@@ -159,13 +172,57 @@ impl Default for HttpSettings {
             workers: 0,
             body_limit_bytes: 64 * 1024,
             shutdown_timeout_secs: 20,
+            // The bodies are small JSON documents: a client that has not sent one in 5 s is
+            // stalled or stalling on purpose.
+            read_timeout_ms: 5_000,
+            keep_alive_secs: DEFAULT_KEEP_ALIVE_SECS,
         }
     }
 }
 
+/// Longest `http.read_timeout_ms`: the bound is what keeps slow senders from holding sockets, and
+/// no request of this system takes a live client anywhere near this long to send.
+pub const MAX_READ_TIMEOUT_MS: u64 = 60_000;
+
 impl HttpSettings {
     pub fn port_or(&self, standard: u16) -> u16 {
         self.port.unwrap_or(standard)
+    }
+
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.read_timeout_ms)
+    }
+
+    pub fn keep_alive(&self) -> Duration {
+        Duration::from_secs(self.keep_alive_secs)
+    }
+
+    /// Whether callers' pools (which keep an idle connection [`CLIENT_POOL_IDLE`]) drop their
+    /// idle connections to this server before it closes them. Not refused when false: a test
+    /// or a port no service calls may want a short keep-alive. The server warns at start.
+    pub fn keep_alive_outlives_callers_pools(&self) -> bool {
+        self.keep_alive() > CLIENT_POOL_IDLE
+    }
+
+    /// Every service checks its `http.*` here.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // 0 would not mean "at once": the server reads it as "never", the very hole the bound closes.
+        ConfigError::check_positive("http.read_timeout_ms", self.read_timeout_ms)?;
+        if self.read_timeout_ms > MAX_READ_TIMEOUT_MS {
+            return Err(ConfigError::at(
+                "http.read_timeout_ms",
+                format!("must be at most {MAX_READ_TIMEOUT_MS}"),
+            ));
+        }
+        // 0 would not mean "at once": the server reads it as "never".
+        ConfigError::check_positive("http.keep_alive_secs", self.keep_alive_secs)?;
+        if self.keep_alive_secs > MAX_KEEP_ALIVE_SECS {
+            return Err(ConfigError::at(
+                "http.keep_alive_secs",
+                format!("must be at most {MAX_KEEP_ALIVE_SECS}"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -424,6 +481,36 @@ mod tests {
         assert!(err.to_string().contains("prot"), "{err}");
         assert!(load_from::<Two>(ConfigFile::None, env(&[("SECKILL__REDIS__URL", "redis://r")])).is_err());
         assert!(load_from::<Two>(ConfigFile::Required("no/such/file".into()), env(&[])).is_err());
+    }
+
+    #[test]
+    fn a_read_timeout_of_zero_or_past_the_most_is_refused_naming_the_key() {
+        HttpSettings::default().validate().unwrap();
+        for bad in [0, MAX_READ_TIMEOUT_MS + 1] {
+            let s = HttpSettings { read_timeout_ms: bad, ..HttpSettings::default() };
+            let message = s.validate().unwrap_err().to_string();
+            assert!(message.contains("SECKILL__HTTP__READ_TIMEOUT_MS"), "{message}");
+        }
+        let s = HttpSettings { read_timeout_ms: MAX_READ_TIMEOUT_MS, ..HttpSettings::default() };
+        assert_eq!(s.read_timeout(), Duration::from_secs(60));
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_keep_alive_of_zero_or_past_the_most_is_refused_naming_the_key() {
+        for bad in [0, MAX_KEEP_ALIVE_SECS + 1] {
+            let s = HttpSettings { keep_alive_secs: bad, ..HttpSettings::default() };
+            let message = s.validate().unwrap_err().to_string();
+            assert!(message.contains("SECKILL__HTTP__KEEP_ALIVE_SECS"), "{message}");
+        }
+        for good in [1, MAX_KEEP_ALIVE_SECS] {
+            HttpSettings { keep_alive_secs: good, ..HttpSettings::default() }.validate().unwrap();
+        }
+        let default = HttpSettings::default();
+        assert_eq!(default.keep_alive(), Duration::from_secs(75));
+        assert!(default.keep_alive_outlives_callers_pools());
+        let short = HttpSettings { keep_alive_secs: CLIENT_POOL_IDLE.as_secs(), ..default };
+        assert!(!short.keep_alive_outlives_callers_pools());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub enum ErrorCode {
     PayloadTooLarge,
     HeadersTooLarge,
     UriTooLong,
+    RequestTimeout,
     Unauthorized,
     Forbidden,
     NotFound,
@@ -49,11 +50,12 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for whatever must say something of each (the storefront's sentences).
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         Self::InvalidInput,
         Self::PayloadTooLarge,
         Self::HeadersTooLarge,
         Self::UriTooLong,
+        Self::RequestTimeout,
         Self::Unauthorized,
         Self::Forbidden,
         Self::NotFound,
@@ -83,6 +85,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::HeadersTooLarge => "HEADERS_TOO_LARGE",
             Self::UriTooLong => "URI_TOO_LONG",
+            Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden => "FORBIDDEN",
             Self::NotFound => "NOT_FOUND",
@@ -115,6 +118,7 @@ impl ErrorCode {
             Self::Forbidden | Self::BadToken => 403,
             Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound => 404,
             Self::MethodNotAllowed => 405,
+            Self::RequestTimeout => 408,
             Self::Repeated
             | Self::OutOfStock
             | Self::KeyReleased
@@ -158,11 +162,11 @@ mod tests {
             assert_eq!(code as usize, i, "{code} in its place");
             // No wildcard: a new code does not compile here until it is added, then to ALL.
             match code {
-                InvalidInput | PayloadTooLarge | HeadersTooLarge | UriTooLong | Unauthorized | Forbidden
-                | NotFound | MethodNotAllowed | GoodsNotFound | OrderNotFound | NotStarted | Ended
-                | SoldOut | Repeated | BadToken | RateLimited | OutOfStock | KeyReleased
-                | OrderNotPayable | OrderNotCancellable | Busy | Unavailable | UpstreamUnavailable
-                | UpstreamTimeout | Internal => {}
+                InvalidInput | PayloadTooLarge | HeadersTooLarge | UriTooLong | RequestTimeout
+                | Unauthorized | Forbidden | NotFound | MethodNotAllowed | GoodsNotFound | OrderNotFound
+                | NotStarted | Ended | SoldOut | Repeated | BadToken | RateLimited | OutOfStock
+                | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy | Unavailable
+                | UpstreamUnavailable | UpstreamTimeout | Internal => {}
             }
         }
         assert_eq!(ErrorCode::ALL.len(), Internal as usize + 1, "the last code last");

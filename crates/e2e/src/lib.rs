@@ -23,8 +23,12 @@ use serde_json::{Value, json};
 
 pub const JWT_SECRET: &str = "e2e-test-jwt-secret-at-least-32-bytes-long";
 
-fn http_settings() -> HttpSettings {
-    HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() }
+fn http_settings(options: &Options) -> HttpSettings {
+    let mut http = HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() };
+    if let Some(bound) = options.read_timeout_ms {
+        http.read_timeout_ms = bound;
+    }
+    http
 }
 
 /// Knobs a test may turn before the system starts.
@@ -48,6 +52,8 @@ pub struct Options {
     /// Every service on this Redis Cluster (its nodes, comma-separated:
     /// `seckill_testkit::redis_cluster_url`) instead of the tests' one server.
     pub redis_cluster: Option<String>,
+    /// Every service's `http.read_timeout_ms`; None: the default.
+    pub read_timeout_ms: Option<u64>,
 }
 
 impl Default for Options {
@@ -62,6 +68,7 @@ impl Default for Options {
             rate_limits: None,
             storefront_dir: None,
             redis_cluster: None,
+            read_timeout_ms: None,
         }
     }
 }
@@ -131,7 +138,7 @@ pub fn spawn_system_with(options: Options) -> System {
     };
 
     let s = stock_service::Settings {
-        http: http_settings(),
+        http: http_settings(&options),
         database: database(&stock_db),
         amqp: amqp.clone(),
         trust: keys::trust_settings(Peer::Stock),
@@ -152,7 +159,7 @@ pub fn spawn_system_with(options: Options) -> System {
     let seckill: Vec<RunningService> = (0..options.seckill_replicas.max(1))
         .map(|_| {
             let s = seckill_service::Settings {
-                http: http_settings(),
+                http: http_settings(&options),
                 redis: redis.clone(),
                 amqp: seckill_common::config::AmqpSettings {
                     url: options.seckill_amqp_url.clone().unwrap_or_else(|| amqp.url.clone()),
@@ -175,7 +182,7 @@ pub fn spawn_system_with(options: Options) -> System {
         .collect();
 
     let order_settings = order_service::Settings {
-        http: http_settings(),
+        http: http_settings(&options),
         database: database(&order_db),
         redis: redis.clone(),
         amqp,
@@ -196,7 +203,7 @@ pub fn spawn_system_with(options: Options) -> System {
 
     let replicas: Vec<String> = seckill.iter().map(RunningService::url).collect();
     let s = gateway::configuration::Settings {
-        http: http_settings(),
+        http: http_settings(&options),
         auth: seckill_common::config::AuthSettings {
             jwt_secret: Some(JWT_SECRET.into()),
             dev_tokens: true,

@@ -13,6 +13,7 @@ use seckill_web::Application;
 use tokio::sync::oneshot;
 
 pub mod keys;
+pub mod slow;
 pub mod tls;
 
 pub fn database_server_url() -> String {

@@ -3,9 +3,13 @@
 //! serve it. Run it next to the main server with `Application::with_extra_server`.
 
 use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use seckill_common::ErrorCode;
+use seckill_common::config::HttpSettings;
 
+use crate::keep_alive::Watchdog;
+use crate::read_bound::{self, ReadBound};
 use crate::{ApiError, health, metrics};
 
 /// How long a stopping admin server waits for a scrape in flight.
@@ -13,14 +17,24 @@ const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
 
 /// Binds `GET /metrics` and `GET /healthz`, plus the routes `configure` adds (e.g. a detailed
 /// `/readyz`), on `host:port` (port 0 asks the OS). Returns the server unstarted and the port
-/// it got. One worker: a scrape every few seconds needs no more.
-pub fn serve_admin<F>(host: &str, port: u16, configure: F) -> std::io::Result<(Server, u16)>
+/// it got. One worker: a scrape every few seconds needs no more. Its reads are bounded as the
+/// main server's (`http.read_timeout_ms`, `http.body_limit_bytes`, `http.keep_alive_secs`,
+/// [`crate::read_bound`], [`crate::keep_alive`]).
+pub fn serve_admin<F>(
+    host: &str,
+    port: u16,
+    http: &HttpSettings,
+    configure: F,
+) -> std::io::Result<(Server, u16)>
 where
     F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
 {
     metrics::handle();
+    let bound = ReadBound::new(http);
+    let watchdog = Watchdog::start(http.keep_alive(), bound.timeout)?;
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(from_fn(move |req, next| read_bound::middleware(bound, req, next)))
             .configure(health::routes)
             .configure(metrics::routes)
             .configure(configure.clone())
@@ -28,6 +42,10 @@ where
     })
     // Stopped by `Application::run_until_stopped`, after the main server.
     .disable_signals()
+    .keep_alive(http.keep_alive())
+    .client_request_timeout(bound.timeout)
+    .on_connect(watchdog.on_connect())
+    .client_disconnect_timeout(crate::server::CLIENT_DISCONNECT_TIMEOUT)
     .workers(1)
     .shutdown_timeout(SHUTDOWN_TIMEOUT_SECS)
     .bind((host, port))?;
@@ -45,7 +63,7 @@ mod tests {
 
     #[actix_web::test]
     async fn serves_metrics_health_and_the_extra_routes_only() {
-        let (server, port) = serve_admin("127.0.0.1", 0, |cfg| {
+        let (server, port) = serve_admin("127.0.0.1", 0, &HttpSettings::default(), |cfg| {
             cfg.route("/extra", web::get().to(|| async { HttpResponse::Ok().body("extra") }));
         })
         .unwrap();

@@ -9,12 +9,18 @@ use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use seckill_common::ErrorCode;
-use seckill_common::config::{HttpSettings, SERVER_KEEP_ALIVE};
+use seckill_common::config::HttpSettings;
 use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::keep_alive::Watchdog;
+use crate::read_bound::{self, ReadBound};
 use crate::{ApiError, extract, health, metrics, request_id};
+
+/// How long a connection being closed may linger: the server's answer flushed, the rest of a
+/// refused body drained (`crate::read_bound`). Past it the socket is dropped.
+pub const CLIENT_DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who may call a server: every request but the probes needs a credential checked against
 /// these keys ([`crate::trust`]), or, for the gateway alone, anyone may.
@@ -38,6 +44,16 @@ where
 {
     metrics::handle();
     let limit = settings.body_limit_bytes;
+    let bound = ReadBound::new(settings);
+    let watchdog = Watchdog::start(settings.keep_alive(), bound.timeout)?;
+    if !settings.keep_alive_outlives_callers_pools() {
+        tracing::warn!(
+            keep_alive_secs = settings.keep_alive_secs,
+            callers_pool_idle_secs = seckill_common::config::CLIENT_POOL_IDLE.as_secs(),
+            "http.keep_alive_secs is not above how long callers keep an idle pooled connection: \
+             a request sent on one just as this server closes it fails"
+        );
+    }
     let trust = match door {
         Door::Trusted(trust) => Some(web::Data::new(trust)),
         Door::Public => None,
@@ -51,6 +67,9 @@ where
         app
             // Innermost: a refused request still gets its request id and is counted.
             .wrap(Condition::new(checked, from_fn(crate::trust::middleware)))
+            // Outside the credential check: a refused request's body is bounded too. Inside the
+            // metrics and the request id: a 408 is counted and can be found in the log.
+            .wrap(from_fn(move |req, next| read_bound::middleware(bound, req, next)))
             .wrap(from_fn(metrics::middleware))
             .wrap(from_fn(request_id::middleware))
             .app_data(extract::json_config(limit))
@@ -71,7 +90,12 @@ where
     // Shutdown is ours to drive (see `Application::run_until_stopped`), so the service can finish its
     // background work after the last request.
     .disable_signals()
-    .keep_alive(SERVER_KEEP_ALIVE)
+    .keep_alive(settings.keep_alive())
+    // The head of a connection's first request; its body is `read_bound::middleware`'s, the
+    // heads after it the watchdog's (`crate::keep_alive`).
+    .client_request_timeout(bound.timeout)
+    .on_connect(watchdog.on_connect())
+    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if settings.workers > 0 {
         server = server.workers(settings.workers);

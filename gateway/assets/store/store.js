@@ -14,6 +14,7 @@
     PAYLOAD_TOO_LARGE: 'That request was too large for the shop.',
     HEADERS_TOO_LARGE: 'That request was too large for the shop.',
     URI_TOO_LONG: 'That address is too long for the shop.',
+    REQUEST_TIMEOUT: 'The connection was too slow to send that request. Try again.',
     UNAUTHORIZED: 'Please sign in again: your sign-in is missing or has expired.',
     FORBIDDEN: 'Your account may not do that.',
     NOT_FOUND: 'The shop could not find that.',

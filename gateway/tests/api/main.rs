@@ -10,6 +10,7 @@ mod identity;
 mod limits;
 mod openapi;
 mod overload;
+mod read_bounds;
 mod routes;
 mod shared_limits;
 mod storefront;

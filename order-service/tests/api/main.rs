@@ -8,4 +8,5 @@ mod fulfil;
 mod helpers;
 mod internal;
 mod orders;
+mod read_bounds;
 mod sweeper;

@@ -6,6 +6,7 @@ mod buckets;
 mod buy;
 mod helpers;
 mod identity;
+mod read_bounds;
 mod reconcile;
 mod sale;
 mod shed;

@@ -4,6 +4,7 @@ mod goods;
 mod helpers;
 mod ledger;
 mod outage;
+mod read_bounds;
 mod releases;
 mod sale_input;
 mod trust;
