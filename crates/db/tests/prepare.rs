@@ -11,7 +11,7 @@ const MIGRATIONS: EmbeddedMigrations = embed_migrations!("tests/migrations");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_starts_create_and_migrate_once() {
     let db = TestDb::new("prepare");
-    let results = join_all((0..6).map(|_| seckill_db::prepare(db.url(), MIGRATIONS))).await;
+    let results = join_all((0..6).map(|_| seckill_db::prepare(db.url(), &MIGRATIONS))).await;
     for r in &results {
         assert!(r.is_ok(), "{r:?}");
     }
@@ -34,7 +34,7 @@ async fn concurrent_starts_create_and_migrate_once() {
 #[tokio::test]
 async fn pooled_connections_carry_their_session_settings() {
     let db = TestDb::new("settings");
-    seckill_db::prepare(db.url(), MIGRATIONS).await.unwrap();
+    seckill_db::prepare(db.url(), &MIGRATIONS).await.unwrap();
     let settings = seckill_common::config::DatabaseSettings {
         statement_timeout_ms: 1_234,
         ..seckill_common::config::DatabaseSettings::default()
