@@ -177,6 +177,27 @@ where
     let _ = handle.join();
 }
 
+/// A service's `GET /readyz`: its status and body.
+pub async fn readyz(base_url: &str) -> (u16, serde_json::Value) {
+    let res = reqwest::get(format!("{base_url}/readyz")).await.expect("GET /readyz");
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Polls `GET /readyz` until it answers 200; panics with the last answer after `within`.
+/// Returns how long it took.
+pub async fn wait_ready(base_url: &str, within: std::time::Duration) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let (status, body) = readyz(base_url).await;
+        if status == 200 {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "{base_url} not ready within {within:?}: {status} {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// How long [`RunningService::start`] waits for a service's background start (the shared
 /// test servers answer: a few hundred milliseconds, a migration on a busy machine a few seconds).
 pub const START_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);

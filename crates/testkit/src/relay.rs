@@ -20,17 +20,29 @@ impl Relay {
     /// A relay to the server of `url` (`scheme://[user@]host:port/...`), refusing or forwarding
     /// from the start, and `url` rewritten to go through it.
     pub async fn in_front_of(url: &str, forwarding: bool) -> (Self, String) {
-        let (head, authority, tail) = split_authority(url);
-        let (userinfo, server) = authority.rsplit_once('@').map_or(("", authority), |(u, s)| (u, s));
+        let relay = Self::to_server_of(url, forwarding).await;
+        let through = relay.route(url);
+        (relay, through)
+    }
+
+    /// A relay to the server of `url`; URLs go through it with [`Relay::route`].
+    pub async fn to_server_of(url: &str, forwarding: bool) -> Self {
+        let (_, authority, _) = split_authority(url);
+        let server = authority.rsplit_once('@').map_or(authority, |(_, s)| s);
         let target = tokio::net::lookup_host(server)
             .await
             .ok()
             .and_then(|mut addrs| addrs.next())
             .unwrap_or_else(|| panic!("relay: cannot resolve {server}"));
-        let relay = Self::start(target, forwarding).await;
-        let at = if userinfo.is_empty() { String::new() } else { format!("{userinfo}@") };
-        let through = format!("{head}{at}127.0.0.1:{}{tail}", relay.port);
-        (relay, through)
+        Self::start(target, forwarding).await
+    }
+
+    /// `url` (`scheme://[user@]host:port/...`) through this relay: its server replaced by the
+    /// relay's address, the rest kept.
+    pub fn route(&self, url: &str) -> String {
+        let (head, authority, tail) = split_authority(url);
+        let at = authority.rsplit_once('@').map_or(String::new(), |(userinfo, _)| format!("{userinfo}@"));
+        format!("{head}{at}127.0.0.1:{}{tail}", self.port)
     }
 
     /// A relay to `target` on a free loopback port.

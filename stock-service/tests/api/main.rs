@@ -5,4 +5,5 @@ mod helpers;
 mod ledger;
 mod outage;
 mod releases;
+mod startup;
 mod trust;
