@@ -374,9 +374,8 @@ impl Publisher {
 
     /// Opens a link and makes it current; the caller holds `reconnecting`.
     async fn open_locked(&self, last_attempt: &mut Option<Instant>) -> Result<Arc<Link>, PublishError> {
-        let first = last_attempt.is_none();
         *last_attempt = Some(Instant::now());
-        if !first {
+        if self.link.read().await.is_some() {
             tracing::warn!("broker connection lost: reconnecting the publisher");
         }
         let fresh = Arc::new(open_link(&self.settings, &self.names, &self.service, &self.declares).await?);

@@ -8,4 +8,5 @@ mod fulfil;
 mod helpers;
 mod internal;
 mod orders;
+mod startup;
 mod sweeper;

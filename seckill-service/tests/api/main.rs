@@ -9,3 +9,4 @@ mod identity;
 mod reconcile;
 mod sale;
 mod shed;
+mod startup;
