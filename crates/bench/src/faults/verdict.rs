@@ -18,6 +18,10 @@ pub const EVERY_202_FINAL: &str = "every 202 ends success or failed";
 pub const RESULTS_AGREE: &str = "results agree with the orders";
 pub const STOCK_AGREES: &str = "stock_available = stock_total - active orders";
 pub const ALL_SOLD: &str = "every unit sold";
+pub const BACK_AFTER_SERVER: &str = "buy path back soon after the server";
+/// How soon after a stopped server's return the buy path must answer again: the services'
+/// back-off tops out at 5 s (`seckill_common::ready`), plus a request's own retry.
+pub const BACK_AFTER_SERVER_S: f64 = 10.0;
 
 /// How many examples a detail names.
 const EXAMPLES: usize = 5;
@@ -130,6 +134,27 @@ pub fn buy_path_back(logs: &[BuyerLog], fault_s: f64) -> Option<f64> {
         .filter(|(sent, _)| *sent >= fault_s)
         .map(|(_, answered)| answered - fault_s)
         .min_by(f64::total_cmp)
+}
+
+/// The buy path answered again (a 202 or a clean SOLD_OUT, to a request sent after the server's
+/// return at `server_back_s`) within [`BACK_AFTER_SERVER_S`].
+pub fn back_after_server(logs: &[BuyerLog], server_back_s: f64) -> Check {
+    let first = buy_path_back(logs, server_back_s);
+    match first {
+        Some(s) if s <= BACK_AFTER_SERVER_S => check(
+            BACK_AFTER_SERVER,
+            true,
+            format!("the first good answer came {s:.1} s after the server's return"),
+        ),
+        Some(s) => check(
+            BACK_AFTER_SERVER,
+            false,
+            format!(
+                "the first good answer came {s:.1} s after the server's return (more than {BACK_AFTER_SERVER_S} s)"
+            ),
+        ),
+        None => check(BACK_AFTER_SERVER, false, "no good answer after the server's return".into()),
+    }
 }
 
 /// From the fault until every request accepted before everything was back (the backlog the
