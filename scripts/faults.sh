@@ -253,7 +253,7 @@ server_cmd() { # server_cmd KIND ACTION
         rabbitmq:stop) rabbit_stop ;;
         rabbitmq:restart) rabbit_restart ;;
         rabbitmq:stop-app) rabbitmqctl_ -q stop_app >/dev/null ;;
-        rabbitmq:start-app) rabbitmqctl_ -q start_app >/dev/null && rabbit_wait_up ;;
+        rabbitmq:start-app) rabbitmqctl_ -q start_app >/dev/null ;;
         *) die "unknown server command: $1 $2 (KIND pg|redis|rabbitmq, ACTION start|stop|restart, redis flush-kill, rabbitmq stop-app|start-app)" ;;
     esac
 }

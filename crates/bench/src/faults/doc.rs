@@ -154,8 +154,9 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          service with -9, starts it again while the server is still down (it must stay up and serve `/healthz`; what \
          its `/readyz` says it waits for is shown in the timeline), brings the server back, waits for the service to \
          become ready without a restart, and checks besides:\n\n\
-         - **{BACK_AFTER_SERVER}**: a request sent after the server's return is answered 202 or 410 SOLD_OUT within \
-         {BACK_AFTER_SERVER_S} s of it.\n"
+         - **{BACK_AFTER_SERVER}**: the first 202 or 410 SOLD_OUT answered to a request sent after the fault comes \
+         within {BACK_AFTER_SERVER_S} s of the server's return (or before it, where the buy path did not need that \
+         server).\n"
     );
     let _ = writeln!(
         out,

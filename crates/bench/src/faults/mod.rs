@@ -352,7 +352,7 @@ async fn run_sale(
         verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
 
     if let Some(at) = r.timeline.server_back_s {
-        checks.push(verdict::back_after_server(&logs, at));
+        checks.push(verdict::back_after_server(&logs, r.timeline.fault_s, at));
     }
     // What only a replicated case checks.
     if case.extra.contains(&Extra::SoldOutEverywhere) {

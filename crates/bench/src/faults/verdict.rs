@@ -136,24 +136,63 @@ pub fn buy_path_back(logs: &[BuyerLog], fault_s: f64) -> Option<f64> {
         .min_by(f64::total_cmp)
 }
 
-/// The buy path answered again (a 202 or a clean SOLD_OUT, to a request sent after the server's
-/// return at `server_back_s`) within [`BACK_AFTER_SERVER_S`].
-pub fn back_after_server(logs: &[BuyerLog], server_back_s: f64) -> Check {
-    let first = buy_path_back(logs, server_back_s);
+/// The buy path answered again within [`BACK_AFTER_SERVER_S`] of the server's return at
+/// `server_back_s`: the first good answer (a 202 or a clean SOLD_OUT) to a request sent after
+/// the fault came at most that long after the return (before it counts as at once: the buy
+/// path did not need that server, or not for long).
+pub fn back_after_server(logs: &[BuyerLog], fault_s: Option<f64>, server_back_s: f64) -> Check {
+    let first = fault_s.and_then(|f| buy_path_back(logs, f).map(|back| f + back));
     match first {
-        Some(s) if s <= BACK_AFTER_SERVER_S => check(
+        Some(at) if at - server_back_s <= BACK_AFTER_SERVER_S => check(
             BACK_AFTER_SERVER,
             true,
-            format!("the first good answer came {s:.1} s after the server's return"),
+            format!(
+                "the buy path answered again {:.1} s after the server's return",
+                (at - server_back_s).max(0.0)
+            ),
         ),
-        Some(s) => check(
+        Some(at) => check(
             BACK_AFTER_SERVER,
             false,
             format!(
-                "the first good answer came {s:.1} s after the server's return (more than {BACK_AFTER_SERVER_S} s)"
+                "the buy path answered again {:.1} s after the server's return (more than {BACK_AFTER_SERVER_S} s)",
+                at - server_back_s
             ),
         ),
-        None => check(BACK_AFTER_SERVER, false, "no good answer after the server's return".into()),
+        None => check(BACK_AFTER_SERVER, false, "the buy path never answered again after the fault".into()),
+    }
+}
+
+#[cfg(test)]
+mod back_after_server_tests {
+    use super::*;
+
+    fn answered(good: Vec<(f64, f64)>) -> Vec<BuyerLog> {
+        vec![BuyerLog {
+            user_id: 1,
+            late: false,
+            bearer: None,
+            order_calls: 1,
+            accepted: Vec::new(),
+            sold_out: false,
+            gave_up: false,
+            good,
+            tally: Tally::default(),
+        }]
+    }
+
+    #[test]
+    fn the_buy_path_must_answer_within_seconds_of_the_servers_return() {
+        // Down from the fault at 2 s, the server back at 8 s, a 202 at 9 s: 1 s after.
+        let c = back_after_server(&answered(vec![(1.0, 1.1), (8.5, 9.0)]), Some(2.0), 8.0);
+        assert!(c.ok, "{}", c.detail);
+        // Never down: at once.
+        assert!(back_after_server(&answered(vec![(2.5, 2.6)]), Some(2.0), 8.0).ok);
+        // Back 12 s after the server.
+        let c = back_after_server(&answered(vec![(19.0, 20.0)]), Some(2.0), 8.0);
+        assert!(!c.ok, "{}", c.detail);
+        // Never back.
+        assert!(!back_after_server(&answered(vec![(1.0, 1.1)]), Some(2.0), 8.0).ok);
     }
 }
 
