@@ -10,7 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
-use seckill_common::config::RedisSettings;
+use seckill_common::config::{ConfigError, RedisSettings};
 use seckill_common::ready::{self, Readiness};
 use seckill_common::scripts;
 
@@ -94,11 +94,14 @@ pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
-            .build()?;
+            .build()
+            .map_err(|e| ConfigError::at("redis.url", e.to_string()))?;
         let config = ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
         return Ok(Redis::Cluster(client.get_pending_async_connection_with_config(config)));
     }
-    let client = Client::open(settings.url.as_str())?;
+    // A URL that does not parse is a wrong setting, the one failure that stops a start.
+    let client =
+        Client::open(settings.url.as_str()).map_err(|e| ConfigError::at("redis.url", e.to_string()))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -313,4 +316,19 @@ impl Scripts {
 /// True for the error Redis gives an EVALSHA of a script it does not hold.
 pub fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connects_to_nothing_yet_and_refuses_only_a_url_it_cannot_read() {
+        // Nothing listens there: connecting is left to the first call.
+        let away = RedisSettings { url: "redis://127.0.0.1:1".into(), ..RedisSettings::default() };
+        assert!(connect(&away).is_ok());
+        let wrong = RedisSettings { url: "http://127.0.0.1:6379".into(), ..RedisSettings::default() };
+        let e = connect(&wrong).err().expect("a URL that is not Redis's stops the start").to_string();
+        assert!(e.contains("SECKILL__REDIS__URL"), "{e}");
+    }
 }
