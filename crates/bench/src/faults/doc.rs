@@ -102,13 +102,16 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          outside that nothing was lost. It runs against **private servers of its own, never yours**: a PostgreSQL \
          cluster made with `initdb` (port {}, trust on loopback), a Redis without persistence ({}) and a second \
          RabbitMQ node `seckill-faults@localhost` ({}, its own Erlang cookie), all in `run/faults/`, stopped and \
-         removed at the end (logs kept in `run/faults-logs/`), and the four release binaries on ports {}-{} \
+         removed at the end (logs kept in `run/faults-logs/`), and the four {} binaries on ports {}-{} \
          (the gateway's admin listener on {}; in a case with replicas, replica k of each on its port + {PORT_STEP}k, \
          every caller given the list of all its callee's replicas), because it restarts those servers, flushes \
          Redis and kills connections.\n",
         port(&cfg.pg_url),
         port(&cfg.redis_url),
         port(&cfg.amqp_url),
+        // scripts/faults.sh builds release ones; FAULTS_BIN_DIR may name a debug build (cargo's
+        // `debug` directory, or a copy of it under a directory of that name).
+        if cfg.bin_dir.components().any(|c| c.as_os_str() == "debug") { "debug" } else { "release" },
         cfg.http_port,
         cfg.http_port + 3,
         cfg.http_port + 4
