@@ -2,18 +2,22 @@
 //! connection is reset at once (the server is away, as far as the service behind it can tell);
 //! while it forwards, bytes go both ways untouched. A test makes PostgreSQL, Redis or RabbitMQ
 //! go away for its own service without stopping the servers every other test uses.
+//!
+//! The relay runs on a thread and runtime of its own: a test's runtime blocked (a service
+//! stopping in `Drop`, which joins its thread) must not stall the connections the service is
+//! closing through the relay.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{oneshot, watch};
 
 pub struct Relay {
     port: u16,
     forwarding: Arc<watch::Sender<bool>>,
-    accepting: JoinHandle<()>,
+    /// Dropped to stop the relay's thread (and every connection it carries).
+    _stop: oneshot::Sender<()>,
 }
 
 impl Relay {
@@ -47,20 +51,34 @@ impl Relay {
 
     /// A relay to `target` on a free loopback port.
     pub async fn start(target: SocketAddr, forwarding: bool) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("relay: bind a loopback port");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("relay: bind a loopback port");
+        listener.set_nonblocking(true).expect("relay: a non-blocking listener");
         let port = listener.local_addr().expect("relay: its port").port();
         let forwarding = Arc::new(watch::Sender::new(forwarding));
+        let (stop, stopped) = oneshot::channel::<()>();
         let state = forwarding.clone();
-        let accepting = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if *state.borrow() {
-                    tokio::spawn(carry(client, target, state.subscribe()));
-                } else {
-                    reset(&client);
+        std::thread::spawn(move || {
+            let rt =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("relay: a runtime");
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("relay: its listener");
+                let accepting = async {
+                    while let Ok((client, _)) = listener.accept().await {
+                        if *state.borrow() {
+                            tokio::spawn(carry(client, target, state.subscribe()));
+                        } else {
+                            reset(&client);
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = accepting => {}
+                    _ = stopped => {}
                 }
-            }
+            });
+            // Dropping the runtime drops every connection it carries.
         });
-        Self { port, forwarding, accepting }
+        Self { port, forwarding, _stop: stop }
     }
 
     pub fn port(&self) -> u16 {
@@ -81,7 +99,6 @@ impl Relay {
 impl Drop for Relay {
     fn drop(&mut self) {
         self.refuse();
-        self.accepting.abort();
     }
 }
 
