@@ -9,7 +9,8 @@
 #                                    docs/RELIABILITY.md
 #   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; kill -9 of
 #                                    seckill-service on a sale split over 8 stock buckets;
-#                                    Redis FLUSHALL + CLIENT KILL with requests queued; two
+#                                    kill -9 of order-service started again while RabbitMQ is
+#                                    down; Redis FLUSHALL + CLIENT KILL with requests queued; two
 #                                    replicas of every service with one of seckill- and
 #                                    order-service killed),
 #                                    small sales; writes nothing
@@ -19,7 +20,9 @@
 #                                    KIND: pg | redis | rabbitmq; ACTION: start | stop | restart,
 #                                    and for redis flush-kill (FLUSHALL, then CLIENT KILL TYPE
 #                                    normal: what a restart without persistence, or a failover to
-#                                    a replica that missed writes, does to the clients)
+#                                    a replica that missed writes, does to the clients), for
+#                                    rabbitmq stop-app | start-app (the broker refuses
+#                                    connections while its node stays up: back in seconds)
 #   scripts/faults.sh clean          stops what an interrupted run left, keeps its logs in
 #                                    run/faults-logs/ and removes run/faults/ (scripts/down.sh
 #                                    calls it)
@@ -249,7 +252,9 @@ server_cmd() { # server_cmd KIND ACTION
         rabbitmq:start) rabbit_start ;;
         rabbitmq:stop) rabbit_stop ;;
         rabbitmq:restart) rabbit_restart ;;
-        *) die "unknown server command: $1 $2 (KIND pg|redis|rabbitmq, ACTION start|stop|restart, redis flush-kill)" ;;
+        rabbitmq:stop-app) rabbitmqctl_ -q stop_app >/dev/null ;;
+        rabbitmq:start-app) rabbitmqctl_ -q start_app >/dev/null ;;
+        *) die "unknown server command: $1 $2 (KIND pg|redis|rabbitmq, ACTION start|stop|restart, redis flush-kill, rabbitmq stop-app|start-app)" ;;
     esac
 }
 

@@ -27,8 +27,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let database = seckill_db::ping(&state.pool).await;
-    let redis = seckill_infra::redis::ping(state.fulfiller.results().redis()).await;
+    let database = state.database.readiness().await;
+    let redis = seckill_infra::redis::readiness(state.fulfiller.results().redis(), &state.scripts).await;
     let broker = state.publisher.readiness().await;
     seckill_web::health::readiness(&[("database", database), ("redis", redis), ("broker", broker)])
 }

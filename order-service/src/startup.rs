@@ -1,15 +1,17 @@
-//! Builds order-service from its settings: database (created and migrated on first start),
-//! Redis, the broker, the consumers, the sweeper, the HTTP server.
+//! Builds order-service from its settings: database (created and migrated in the background,
+//! as soon as PostgreSQL answers), Redis, the broker, the consumers, the sweeper, the HTTP
+//! server. It starts and serves while any of its servers is away; `/readyz` says what it
+//! waits for, and its consumers hand back what they cannot do yet.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web;
-use anyhow::Context;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
+use seckill_db::Database;
 use seckill_infra::amqp::{Declare, Destination};
 use seckill_infra::broker_use::BrokerUse;
 use seckill_infra::consumer::{self, Source};
@@ -54,21 +56,23 @@ pub fn broker_use(names: &AmqpNames, ttl_secs: u64) -> BrokerUse {
     }
 }
 
-/// Builds from settings already checked.
+/// Builds from settings already checked; fails only on a setting that is wrong, never on a
+/// server that is away (the database, the scripts and the publisher become ready in the
+/// background).
 async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Order, &settings.trust)?);
-    let pool = seckill_db::open(&settings.database, &settings.database_url(), MIGRATIONS).await?;
+    let lifecycle = Lifecycle::new();
+    let database = Database::open(&settings.database, &settings.database_url())?;
+    lifecycle.spawn_start_up(database.prepared().clone(), database.prepare(&MIGRATIONS));
+    let pool = database.pool().clone();
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let results = ResultStore::new(redis, RedisKeys::new(settings.redis.key_prefix.clone()));
-    results
-        .load_scripts()
-        .await
-        .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let ttl_secs = settings.order.ttl_secs;
     let broker = broker_use(&names, ttl_secs);
-    let publisher = Arc::new(broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?);
+    let publisher = Arc::new(broker.unconnected_publisher(&settings.amqp, SERVICE, trust.clone())?);
+    lifecycle.spawn_start_up(publisher.ready(), publisher.clone().keep_connected());
     let fulfiller = Arc::new(Fulfiller::new(
         pool.clone(),
         stock,
@@ -78,8 +82,13 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         settings.order.ttl(),
     ));
     let releaser = Arc::new(Releaser::new(pool.clone(), publisher.clone(), names.clone()));
+    let loading = fulfiller.clone();
+    let (scripts, loading) = seckill_infra::redis::load_scripts_in_background(move || {
+        let fulfiller = loading.clone();
+        async move { fulfiller.results().load_scripts().await }
+    });
+    lifecycle.spawn_start_up(scripts.clone(), loading);
 
-    let lifecycle = Lifecycle::new();
     let pause = settings.order.outage_pause();
     for index in 0..settings.order.consumers {
         let spec = broker
@@ -117,6 +126,6 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let closing = publisher.clone();
     lifecycle.at_shutdown(async move { closing.close().await });
 
-    let state = web::Data::new(AppState { pool, fulfiller, releaser, publisher });
+    let state = web::Data::new(AppState { pool, database, scripts, fulfiller, releaser, publisher });
     seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
 }

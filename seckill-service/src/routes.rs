@@ -23,7 +23,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let redis = seckill_infra::redis::ping(state.gate.redis()).await;
+    let redis = seckill_infra::redis::readiness(state.gate.redis(), &state.scripts).await;
     let broker = state.publisher.readiness().await;
     seckill_web::health::readiness(&[("redis", redis), ("broker", broker)])
 }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use actix_web::web;
-use anyhow::Context;
 use seckill_common::amqp::AmqpNames;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
@@ -54,21 +53,27 @@ pub fn broker_use(names: &AmqpNames) -> BrokerUse {
     }
 }
 
-/// Builds from settings already checked.
+/// Builds from settings already checked; fails only on a setting that is wrong, never on a
+/// server that is away (the scripts and the publisher become ready in the background, the
+/// sales warm up in the background).
 async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Seckill, &settings.trust)?);
+    let lifecycle = Lifecycle::new();
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let keys = RedisKeys::new(settings.redis.key_prefix.clone());
     let transfers = Transfers::new(redis.clone(), keys.clone());
     let gate = Arc::new(Gate::new(redis, keys));
-    gate.load_scripts()
-        .await
-        .with_context(|| format!("cannot load scripts into redis at {}", settings.redis.url))?;
+    let loading = gate.clone();
+    let (scripts, loading) = seckill_infra::redis::load_scripts_in_background(move || {
+        let gate = loading.clone();
+        async move { gate.load_scripts().await }
+    });
+    lifecycle.spawn_start_up(scripts.clone(), loading);
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let broker = broker_use(&names);
-    let publisher = Arc::new(broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?);
-    let lifecycle = Lifecycle::new();
+    let publisher = Arc::new(broker.unconnected_publisher(&settings.amqp, SERVICE, trust.clone())?);
+    lifecycle.spawn_start_up(publisher.ready(), publisher.clone().keep_connected());
     let (confirmations, clearing) = Confirmations::start(gate.clone(), lifecycle.cancel.clone());
     lifecycle.spawn(clearing);
     let (batcher, batching) = Batcher::start(
@@ -88,6 +93,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         settings: settings.seckill.clone(),
         sales: SaleBook::new(stock.clone()),
         gate,
+        scripts,
         transfers,
         publisher,
         batcher,

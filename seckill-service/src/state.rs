@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use seckill_common::amqp::AmqpNames;
+use seckill_common::ready::Readiness;
 use seckill_infra::amqp::Publisher;
 use seckill_infra::order_client::OrderClient;
 use seckill_infra::stock_client::StockClient;
@@ -18,6 +19,8 @@ use crate::sales::SaleBook;
 pub struct AppState {
     pub settings: SeckillSettings,
     pub gate: Arc<Gate>,
+    /// For `/readyz`: the scripts loaded into Redis yet.
+    pub scripts: Arc<Readiness>,
     /// Moves units between the buckets of a sale split over several.
     pub transfers: Transfers,
     pub sales: SaleBook,

@@ -24,7 +24,7 @@ use crate::ledger;
 
 pub struct ReleaseHandler {
     pub pool: PgPool,
-    pub publisher: Publisher,
+    pub publisher: std::sync::Arc<Publisher>,
     pub names: AmqpNames,
     pub outage_pause: std::time::Duration,
 }

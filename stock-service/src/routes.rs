@@ -39,7 +39,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    seckill_web::health::readiness(&[("database", seckill_db::ping(&state.pool).await)])
+    seckill_web::health::readiness(&[("database", state.database.readiness().await)])
 }
 
 /// The public and the internal routes answer a missing sale alike.

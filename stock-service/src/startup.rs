@@ -1,5 +1,6 @@
-//! Builds stock-service from its settings: database (created and migrated on first start),
-//! pool, the release consumer, HTTP server.
+//! Builds stock-service from its settings: database (created and migrated in the background,
+//! as soon as PostgreSQL answers), pool, the release consumer, HTTP server. It starts and
+//! serves while PostgreSQL or RabbitMQ is away; `/readyz` says what it waits for.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use actix_web::web;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use seckill_common::amqp::AmqpNames;
 use seckill_common::trust::{Peer, Trust};
+use seckill_db::Database;
 use seckill_infra::amqp::{Declare, Destination};
 use seckill_infra::broker_use::BrokerUse;
 use seckill_infra::consumer::{self, Source};
@@ -40,22 +42,25 @@ pub fn broker_use(names: &AmqpNames) -> BrokerUse {
     }
 }
 
-/// Builds from settings already checked: the database (created and migrated on first
-/// start), the release consumer, the HTTP server.
+/// Builds from settings already checked: the database (created and migrated in the
+/// background), the publisher (connected in the background), the release consumer, the HTTP
+/// server. Fails only on a setting that is wrong, never on a server that is away.
 async fn start(settings: Settings) -> anyhow::Result<Application> {
     let trust = Arc::new(Trust::for_service(Peer::Stock, &settings.trust)?);
-    let pool = seckill_db::open(&settings.database, &settings.database_url(), MIGRATIONS).await?;
+    let lifecycle = Lifecycle::new();
+    let database = Database::open(&settings.database, &settings.database_url())?;
+    lifecycle.spawn_start_up(database.prepared().clone(), database.prepare(&MIGRATIONS));
 
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let broker = broker_use(&names);
-    let publisher = broker.publisher(&settings.amqp, SERVICE, trust.clone()).await?;
+    let publisher = Arc::new(broker.unconnected_publisher(&settings.amqp, SERVICE, trust.clone())?);
+    lifecycle.spawn_start_up(publisher.ready(), publisher.clone().keep_connected());
     let handler = Arc::new(ReleaseHandler {
-        pool: pool.clone(),
+        pool: database.pool().clone(),
         publisher,
         names: names.clone(),
         outage_pause: settings.stock.outage_pause(),
     });
-    let lifecycle = Lifecycle::new();
     let spec = broker.consumer(
         format!("{SERVICE}-release"),
         Source::Queue(names.stock_release_queue()),
@@ -69,6 +74,6 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     }));
     lifecycle.at_shutdown(async move { handler.publisher.close().await });
 
-    let state = web::Data::new(AppState::new(pool));
+    let state = web::Data::new(AppState::new(database));
     seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
 }

@@ -63,8 +63,16 @@ async fn starts_from_environment_variables_alone_and_stops_on_sigterm() {
     .await
     .unwrap();
 
-    let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.unwrap();
-    assert_eq!(ready.status(), 200);
+    // It listens first, then migrates its new database in the background: ready soon after.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.unwrap();
+        if ready.status() == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not ready: {}", ready.text().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());

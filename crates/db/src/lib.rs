@@ -3,22 +3,29 @@
 //! embedded migrations without libpq, TLS when `database.url` asks for it (see [`tls`]), and
 //! [`DbError`] with the one rule that tells a database outage from a query's own failure.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::ConnectionError;
+use diesel::migration::{Migration, MigrationSource};
+use diesel::pg::Pg;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
-use seckill_common::config::DatabaseSettings;
+use seckill_common::config::{ConfigError, DatabaseSettings};
+use seckill_common::ready::{self, Readiness};
 
 pub mod tls;
 
 pub use tls::PgTarget;
 
 pub type PgPool = Pool<AsyncPgConnection>;
+/// A service's embedded migrations (`&MIGRATIONS`): a reference, so a start that waits for the
+/// server can try them again.
+pub type Migrations = &'static EmbeddedMigrations;
 pub type PgConn = Object<AsyncPgConnection>;
 pub use diesel_async::pooled_connection::deadpool::PoolError;
 
@@ -32,13 +39,27 @@ pub use diesel_async::pooled_connection::deadpool::PoolError;
 /// fell from 4,900 to 2,800 orders/s over its first 150,000 orders. Planning each run costs
 /// little next to a batch of 200 rows.
 pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
+    gated_pool(settings, url, None)
+}
+
+/// [`pool`], whose connections are refused until `prepared` is ready: a database whose
+/// migrations are not applied yet is never queried as if they were.
+fn gated_pool(
+    settings: &DatabaseSettings,
+    url: &str,
+    prepared: Option<Arc<Readiness>>,
+) -> anyhow::Result<PgPool> {
     let statement_timeout_ms = settings.statement_timeout_ms;
     // Read once: the TLS settings and root certificates serve every connection of the pool.
     let target = Arc::new(PgTarget::parse(url)?);
     let mut manager_config = ManagerConfig::default();
     manager_config.custom_setup = Box::new(move |_url| {
         let target = target.clone();
+        let prepared = prepared.clone();
         Box::pin(async move {
+            if prepared.is_some_and(|p| !p.is_ready()) {
+                return Err(ConnectionError::BadConnection(NOT_PREPARED.to_owned()));
+            }
             let mut conn = target.connect().await?;
             conn.batch_execute(&format!(
                 "SET statement_timeout = {statement_timeout_ms}; SET plan_cache_mode = force_custom_plan"
@@ -58,14 +79,71 @@ pub fn pool(settings: &DatabaseSettings, url: &str) -> anyhow::Result<PgPool> {
         .build()?)
 }
 
-/// A database service's start: its database created if missing and migrated, then its pool.
-pub async fn open(
-    settings: &DatabaseSettings,
-    url: &str,
-    migrations: EmbeddedMigrations,
-) -> anyhow::Result<PgPool> {
-    prepare(url, migrations).await?;
-    pool(settings, url)
+/// Why a [`Database`]'s pool refuses a connection before its migrations are applied.
+const NOT_PREPARED: &str = "migrations not applied yet";
+
+/// A database service's database, which becomes ready in the background: the service starts
+/// and serves while PostgreSQL is away, [`Database::prepare`] creates and migrates it as soon
+/// as the server answers, and until then the pool hands out no connection (a query answers
+/// [`DbError::Pool`], an outage: 503 on the API, a message handed back on a queue).
+#[derive(Clone)]
+pub struct Database {
+    pool: PgPool,
+    url: String,
+    prepared: Arc<Readiness>,
+}
+
+impl Database {
+    /// Checks `url` (a wrong one stops the start, naming `database.url`) and builds the pool;
+    /// connects to nothing yet.
+    pub fn open(settings: &DatabaseSettings, url: &str) -> anyhow::Result<Self> {
+        let wrong = |e: anyhow::Error| ConfigError::at("database.url", format!("{e:#}"));
+        PgTarget::parse(url).map_err(|e| wrong(e.into()))?;
+        split_url(url).map_err(wrong)?;
+        let prepared = Arc::new(Readiness::new("database", format!("{NOT_PREPARED} (not tried yet)")));
+        let pool = gated_pool(settings, url, Some(prepared.clone())).map_err(wrong)?;
+        Ok(Self { pool, url: url.to_owned(), prepared })
+    }
+
+    /// The pool: refuses connections until [`Database::prepare`] has finished.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Whether the database is created and migrated, and if not why; for waiting on it.
+    pub fn prepared(&self) -> &Arc<Readiness> {
+        &self.prepared
+    }
+
+    /// Creates and migrates the database ([`prepare`]), trying again with back-off while the
+    /// server is away or refuses, until it is done; then the pool hands out connections.
+    pub fn prepare(&self, migrations: Migrations) -> impl Future<Output = ()> + Send + 'static {
+        let (url, prepared) = (self.url.clone(), self.prepared.clone());
+        async move {
+            ready::keep_trying(
+                &prepared,
+                |e: &anyhow::Error| format!("{NOT_PREPARED} ({e:#})"),
+                || prepare(&url, migrations),
+            )
+            .await;
+        }
+    }
+
+    /// `/readyz` line: waiting for the migrations (and why), else a connection answers `SELECT 1`.
+    pub async fn readiness(&self) -> Result<(), String> {
+        self.prepared.check()?;
+        ping(&self.pool).await
+    }
+}
+
+/// `<binary> migrate` (a pre-rollout Job, an init container): as a service's start does, waits
+/// for the server with back-off rather than failing while it is away, so an init container
+/// started before PostgreSQL waits instead of crash-looping; a wrong `database.url` stops it
+/// at once.
+pub async fn migrate(url: &str, migrations: Migrations) -> anyhow::Result<()> {
+    let database = Database::open(&DatabaseSettings::default(), url)?;
+    database.prepare(migrations).await;
+    Ok(())
 }
 
 /// Makes the database ready: created if missing, migrations applied. Replicas starting
@@ -73,7 +151,7 @@ pub async fn open(
 /// maintenance database, so one creates and migrates while the others wait and then find
 /// nothing to do. Where the maintenance database cannot be reached (a managed database that
 /// only grants its own), it goes ahead without the lock.
-pub async fn prepare(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
+pub async fn prepare(url: &str, migrations: Migrations) -> anyhow::Result<()> {
     // A wrong `sslmode` or CA file is said as such, not as a missing maintenance database.
     PgTarget::parse(url)?;
     let (_, name, _) = split_url(url)?;
@@ -147,20 +225,30 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
 /// Applies pending embedded migrations. Runs on a blocking thread, as diesel's migration
 /// harness is synchronous; PostgreSQL's own locking (the `__diesel_schema_migrations` insert in
 /// the migration's transaction) keeps two replicas from applying one migration twice.
-pub async fn run_migrations(url: &str, migrations: EmbeddedMigrations) -> anyhow::Result<()> {
+pub async fn run_migrations(url: &str, migrations: Migrations) -> anyhow::Result<()> {
     // Connected here (the wrapper's own `establish` is always plain), driven from the blocking
     // thread through this runtime's handle.
     let conn = connect(url).await?;
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
-        let applied =
-            conn.run_pending_migrations(migrations).map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
+        let applied = conn
+            .run_pending_migrations(Source(migrations))
+            .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))?;
         for m in applied {
             tracing::info!(migration = %m, "applied migration");
         }
         Ok(())
     })
     .await?
+}
+
+/// [`Migrations`] as diesel's harness takes them (it takes its source by value).
+struct Source(Migrations);
+
+impl MigrationSource<Pg> for Source {
+    fn migrations(&self) -> diesel::migration::Result<Vec<Box<dyn Migration<Pg>>>> {
+        MigrationSource::<Pg>::migrations(self.0)
+    }
 }
 
 /// What went wrong with the database: no connection from the pool, or a query that failed.

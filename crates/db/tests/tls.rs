@@ -171,7 +171,7 @@ async fn postgres_connections_are_encrypted_and_checked_as_sslmode_says() {
 
     // The services' start: database created and migrated, then the pool, all over TLS.
     let url = pg.url("localhost", "tls_probe", &full);
-    seckill_db::prepare(&url, MIGRATIONS).await.unwrap();
+    seckill_db::prepare(&url, &MIGRATIONS).await.unwrap();
     let pool = seckill_db::pool(&DatabaseSettings::default(), &url).unwrap();
     let mut conn = pool.get().await.unwrap();
     assert!(encrypted(&mut conn).await, "a pool connection is not encrypted");
@@ -215,7 +215,7 @@ async fn postgres_connections_are_encrypted_and_checked_as_sslmode_says() {
 
     // A mistake in the settings stops the start: `prepare`, and the pool is not even built.
     let wrong = pg.url("localhost", "tls_probe", "sslmode=verify_full");
-    let e = seckill_db::prepare(&wrong, MIGRATIONS).await.unwrap_err().to_string();
+    let e = seckill_db::prepare(&wrong, &MIGRATIONS).await.unwrap_err().to_string();
     assert!(e.contains("sslmode=verify_full"), "{e}");
     assert!(seckill_db::pool(&DatabaseSettings::default(), &wrong).is_err());
 }

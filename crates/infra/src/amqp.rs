@@ -12,7 +12,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use seckill_common::amqp::{AmqpNames, dead_queue, retry_queue};
-use seckill_common::config::AmqpSettings;
+use seckill_common::config::{AmqpSettings, ConfigError};
+use seckill_common::ready::{self, Readiness};
 use seckill_common::trust::{Peer, SIGNATURE_HEADER, Trust};
 use tokio::sync::{Mutex, RwLock};
 
@@ -173,17 +174,25 @@ pub struct Publisher {
     declares: Vec<Declare>,
     /// The only destinations `publish_to` takes (one to three: a scan is cheapest).
     destinations: Vec<Destination>,
-    link: RwLock<Arc<Link>>,
+    /// None until the first connection (the service starts while the broker is away).
+    link: RwLock<Option<Arc<Link>>>,
     reconnecting: Mutex<Option<Instant>>,
     next: AtomicUsize,
+    /// Connected, or what it waits for: set by [`Publisher::keep_connected`].
+    readiness: Arc<Readiness>,
 }
 
-/// The shortest pause between two reconnect attempts, so an outage is not hammered.
+/// The shortest pause between two reconnect attempts from the publishing path, so an outage
+/// is not hammered.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+/// How often [`Publisher::keep_connected`] looks at a live connection: a lost one is opened
+/// again within this even when nothing is published.
+const LINK_WATCH: Duration = Duration::from_secs(1);
 
 impl Publisher {
     /// Connects and declares `declares` (what this service publishes to); it publishes to
-    /// `destinations` only.
+    /// `destinations` only. Fails while the broker is away: for tools and tests; a service
+    /// starts with [`Publisher::unconnected`].
     pub async fn connect(
         settings: &AmqpSettings,
         service: &str,
@@ -191,19 +200,62 @@ impl Publisher {
         declares: Vec<Declare>,
         destinations: Vec<Destination>,
     ) -> anyhow::Result<Self> {
-        let names = AmqpNames::new(settings.prefix.clone());
-        let link = open_link(settings, &names, service, &declares).await?;
+        let publisher = Self::unconnected(settings, service, trust, declares, destinations)?;
+        publisher.reconnect().await?;
+        publisher.readiness.set_ready();
+        Ok(publisher)
+    }
+
+    /// As [`Publisher::connect`], connecting nothing yet: [`Publisher::keep_connected`]
+    /// connects in the background, and until then a publish fails as the broker being away
+    /// does. An `amqp.url` that cannot be parsed is an error now, naming the key.
+    pub fn unconnected(
+        settings: &AmqpSettings,
+        service: &str,
+        trust: Arc<Trust>,
+        declares: Vec<Declare>,
+        destinations: Vec<Destination>,
+    ) -> anyhow::Result<Self> {
+        settings
+            .url
+            .parse::<lapin::uri::AMQPUri>()
+            .map_err(|e| ConfigError::at("amqp.url", format!("is not an AMQP URL: {e}")))?;
         Ok(Self {
             settings: settings.clone(),
             trust,
-            names,
+            names: AmqpNames::new(settings.prefix.clone()),
             service: service.to_owned(),
             declares,
             destinations,
-            link: RwLock::new(Arc::new(link)),
+            link: RwLock::new(None),
             reconnecting: Mutex::new(None),
             next: AtomicUsize::new(0),
+            readiness: Arc::new(Readiness::new("broker", "not connected yet")),
         })
+    }
+
+    /// Connects, and connects again whenever the connection is lost, with back-off
+    /// (`seckill_common::ready`), keeping [`Publisher::readiness`] saying why it is not
+    /// connected. Runs until dropped (the service's stop): spawn it with
+    /// `Lifecycle::spawn_start_up(publisher.ready(), ...)`.
+    pub async fn keep_connected(self: Arc<Self>) {
+        loop {
+            ready::keep_trying(
+                &self.readiness,
+                |e: &PublishError| format!("not connected ({e})"),
+                || self.reconnect_if_lost(),
+            )
+            .await;
+            while self.is_connected().await {
+                tokio::time::sleep(LINK_WATCH).await;
+            }
+            self.readiness.set_waiting("not connected (the connection was lost)");
+        }
+    }
+
+    /// Connected (at least once), or what the publisher still waits for.
+    pub fn ready(&self) -> Arc<Readiness> {
+        self.readiness.clone()
     }
 
     pub fn names(&self) -> &AmqpNames {
@@ -211,12 +263,17 @@ impl Publisher {
     }
 
     pub async fn is_connected(&self) -> bool {
-        self.link.read().await.connection.status().connected()
+        self.link.read().await.as_ref().is_some_and(|link| link.connection.status().connected())
     }
 
-    /// The broker's line of a service's `/readyz`.
+    /// The broker's line of a service's `/readyz`: connected, or why not (`waiting: not
+    /// connected (<the last failure>)`).
     pub async fn readiness(&self) -> Result<(), String> {
-        if self.is_connected().await { Ok(()) } else { Err("not connected".to_owned()) }
+        if self.is_connected().await {
+            Ok(())
+        } else {
+            self.readiness.check().and(Err("not connected".to_owned()))
+        }
     }
 
     /// Publishes `body` to `queue` through the default exchange, persistent and mandatory,
@@ -280,27 +337,50 @@ impl Publisher {
         }
     }
 
-    /// The live link, or a new one if the connection dropped (at most one attempt per second).
+    /// The live link, or a new one if the connection dropped or was never made (at most one
+    /// attempt per second from the publishing path; [`Publisher::keep_connected`] tries too).
     async fn current_link(&self) -> Result<Arc<Link>, PublishError> {
-        {
-            let link = self.link.read().await;
-            if link.connection.status().connected() {
-                return Ok(link.clone());
-            }
+        if let Some(link) = self.live_link().await {
+            return Ok(link);
         }
         let mut last_attempt = self.reconnecting.lock().await;
-        let link = self.link.read().await.clone();
-        if link.connection.status().connected() {
+        if let Some(link) = self.live_link().await {
             return Ok(link);
         }
         if last_attempt.is_some_and(|at| at.elapsed() < RECONNECT_PAUSE) {
             return Err(PublishError::BackingOff);
         }
+        self.open_locked(&mut last_attempt).await
+    }
+
+    async fn live_link(&self) -> Option<Arc<Link>> {
+        self.link.read().await.as_ref().filter(|link| link.connection.status().connected()).cloned()
+    }
+
+    /// The live link, or a new one now (no pause): the background connector's try.
+    async fn reconnect_if_lost(&self) -> Result<Arc<Link>, PublishError> {
+        let mut last_attempt = self.reconnecting.lock().await;
+        match self.live_link().await {
+            Some(link) => Ok(link),
+            None => self.open_locked(&mut last_attempt).await,
+        }
+    }
+
+    /// A new link, whatever the old one's state.
+    async fn reconnect(&self) -> Result<Arc<Link>, PublishError> {
+        let mut last_attempt = self.reconnecting.lock().await;
+        self.open_locked(&mut last_attempt).await
+    }
+
+    /// Opens a link and makes it current; the caller holds `reconnecting`.
+    async fn open_locked(&self, last_attempt: &mut Option<Instant>) -> Result<Arc<Link>, PublishError> {
         *last_attempt = Some(Instant::now());
-        tracing::warn!("broker connection lost: reconnecting the publisher");
+        if self.link.read().await.is_some() {
+            tracing::warn!("broker connection lost: reconnecting the publisher");
+        }
         let fresh = Arc::new(open_link(&self.settings, &self.names, &self.service, &self.declares).await?);
-        *self.link.write().await = fresh.clone();
-        tracing::info!("publisher reconnected");
+        *self.link.write().await = Some(fresh.clone());
+        tracing::info!("publisher connected");
         Ok(fresh)
     }
 
@@ -325,7 +405,9 @@ impl Publisher {
 
     pub async fn close(&self) {
         let link = self.link.read().await.clone();
-        close_quietly(&link.connection).await;
+        if let Some(link) = link {
+            close_quietly(&link.connection).await;
+        }
     }
 }
 

@@ -24,7 +24,25 @@ pub struct BrokerUse {
 }
 
 impl BrokerUse {
-    /// The service's publisher: it declares and publishes to what is listed here, nothing else.
+    /// The service's publisher, connecting nothing yet (a service starts while the broker is
+    /// away): run [`Publisher::keep_connected`] in the background. It declares and publishes
+    /// to what is listed here, nothing else.
+    pub fn unconnected_publisher(
+        &self,
+        settings: &AmqpSettings,
+        service: &str,
+        trust: Arc<Trust>,
+    ) -> anyhow::Result<Publisher> {
+        Publisher::unconnected(
+            settings,
+            service,
+            trust,
+            self.publisher_declares.clone(),
+            self.publishes.clone(),
+        )
+    }
+
+    /// As [`BrokerUse::unconnected_publisher`], connected now (tools and tests).
     pub async fn publisher(
         &self,
         settings: &AmqpSettings,

@@ -1,6 +1,7 @@
 //! A consumer that survives the broker: it connects, declares what it needs, consumes in
-//! batches of what is ready, and after any connection or channel failure reconnects with
-//! backoff (1 s doubling to 30 s) and declares again. On shutdown the batch in hand is
+//! batches of what is ready, and after any connection or channel failure (the broker away at
+//! start included) reconnects with back-off (`seckill_common::ready`: 100 ms doubling to 5 s)
+//! and declares again. On shutdown the batch in hand is
 //! finished; unacked messages the broker had handed over return to their queue.
 //!
 //! Handlers settle each message themselves through [`Inbox`]: ack, retry later (bounded by
@@ -20,6 +21,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
 use seckill_common::amqp::{AmqpNames, decode, retry_queue};
 use seckill_common::config::AmqpSettings;
+use seckill_common::ready;
 use seckill_common::trust::{Peer, SIGNATURE_HEADER, Trust};
 use tokio_util::sync::CancellationToken;
 
@@ -290,11 +292,12 @@ where
     F: Fn(Inbox) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
-    let mut backoff = Duration::from_secs(1);
+    let mut pauses = ready::backoff();
     loop {
         match consume(&settings, &spec, &cancel, &handle).await {
             Ok(()) => return,
             Err(e) => {
+                let backoff = pauses.next().unwrap_or(ready::RETRY_MAX);
                 tracing::error!(consumer = %spec.name, error = format!("{e:#}"), ?backoff, "consumer lost its connection; reconnecting");
                 metrics::counter!("amqp_consumer_reconnects_total", "consumer" => spec.name.clone())
                     .increment(1);
@@ -302,7 +305,6 @@ where
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep(backoff) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     }

@@ -1,14 +1,17 @@
 //! The Redis connection and the buy-path scripts, loaded once at start and run with EVALSHA.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use futures_util::future::try_join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisFuture, Script, Value};
-use seckill_common::config::RedisSettings;
+use seckill_common::config::{ConfigError, RedisSettings};
+use seckill_common::ready::{self, Readiness};
 use seckill_common::scripts;
 
 /// The process's Redis connection, one server or a cluster behind one type: every call goes
@@ -68,8 +71,8 @@ const CLUSTER_RETRIES: u32 = 3;
 /// The pause before a cluster call's next try, at least and at most (milliseconds).
 const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
 
-/// Opens nothing yet: the first call connects (the services' first call loads the scripts at
-/// start). A connection attempt and an answer each wait at most `redis.timeout_ms`; a failed
+/// Opens nothing yet: the first call connects (the services load their scripts in the
+/// background: [`load_scripts_in_background`]). A connection attempt and an answer each wait at most `redis.timeout_ms`; a failed
 /// attempt is not retried inside the call: the next call tries again, so a Redis outage
 /// while running is a quick 503 per request, not a hang, and the connection comes back with
 /// Redis. On a cluster a call may follow a redirection or a failover within that time.
@@ -91,11 +94,14 @@ pub fn connect(settings: &RedisSettings) -> anyhow::Result<Redis> {
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
-            .build()?;
+            .build()
+            .map_err(|e| ConfigError::at("redis.url", e.to_string()))?;
         let config = ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
         return Ok(Redis::Cluster(client.get_pending_async_connection_with_config(config)));
     }
-    let client = Client::open(settings.url.as_str())?;
+    // A URL that does not parse is a wrong setting, the one failure that stops a start.
+    let client =
+        Client::open(settings.url.as_str()).map_err(|e| ConfigError::at("redis.url", e.to_string()))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -169,6 +175,31 @@ pub async fn delete_matching(node_url: &str, pattern: &str) -> redis::RedisResul
         pipe.query_async::<()>(&mut conn).await?;
     }
     Ok(keys.len())
+}
+
+/// A service's scripts loaded into Redis in the background (`load` is its `load_scripts`), so
+/// it starts while Redis is away: returns the part's readiness and the task setting it (for
+/// `Lifecycle::spawn_start_up`). Calls made meanwhile fail as Redis being away does (503), and
+/// load the scripts themselves on NOSCRIPT once it answers.
+pub fn load_scripts_in_background<F, Fut>(
+    load: F,
+) -> (Arc<Readiness>, impl Future<Output = ()> + Send + 'static)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let readiness = Arc::new(Readiness::new("redis", "scripts not loaded yet"));
+    let r = readiness.clone();
+    let task = async move {
+        ready::keep_trying(&r, |e: &anyhow::Error| format!("scripts not loaded ({e:#})"), &load).await;
+    };
+    (readiness, task)
+}
+
+/// `/readyz` line of a service with scripts: waiting for them to load (and why), else PING.
+pub async fn readiness(redis: &Redis, scripts: &Readiness) -> Result<(), String> {
+    scripts.check()?;
+    ping(redis).await
 }
 
 /// `/readyz` check.
@@ -285,4 +316,19 @@ impl Scripts {
 /// True for the error Redis gives an EVALSHA of a script it does not hold.
 pub fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connects_to_nothing_yet_and_refuses_only_a_url_it_cannot_read() {
+        // Nothing listens there: connecting is left to the first call.
+        let away = RedisSettings { url: "redis://127.0.0.1:1".into(), ..RedisSettings::default() };
+        assert!(connect(&away).is_ok());
+        let wrong = RedisSettings { url: "http://127.0.0.1:6379".into(), ..RedisSettings::default() };
+        let e = connect(&wrong).err().expect("a URL that is not Redis's stops the start").to_string();
+        assert!(e.contains("SECKILL__REDIS__URL"), "{e}");
+    }
 }

@@ -13,6 +13,7 @@ use seckill_web::Application;
 use tokio::sync::oneshot;
 
 pub mod keys;
+pub mod relay;
 pub mod slow;
 pub mod tls;
 
@@ -177,6 +178,31 @@ where
     let _ = handle.join();
 }
 
+/// A service's `GET /readyz`: its status and body.
+pub async fn readyz(base_url: &str) -> (u16, serde_json::Value) {
+    let res = reqwest::get(format!("{base_url}/readyz")).await.expect("GET /readyz");
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Polls `GET /readyz` until it answers 200; panics with the last answer after `within`.
+/// Returns how long it took.
+pub async fn wait_ready(base_url: &str, within: std::time::Duration) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let (status, body) = readyz(base_url).await;
+        if status == 200 {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "{base_url} not ready within {within:?}: {status} {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// How long [`RunningService::start`] waits for a service's background start (the shared
+/// test servers answer: a few hundred milliseconds, a migration on a busy machine a few seconds).
+pub const START_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A service running on its own thread and runtime, as it would in its own process.
 pub struct RunningService {
     pub port: u16,
@@ -185,9 +211,30 @@ pub struct RunningService {
 }
 
 impl RunningService {
-    /// Builds the service with `build` on a new multi-thread runtime and serves until stopped.
-    /// Panics with the build error if the service does not start.
+    /// Builds the service with `build` on a new multi-thread runtime and serves until stopped;
+    /// returns once everything it starts in the background is ready (its database migrated,
+    /// its publisher connected, its scripts loaded: `Application::started`), as the tests
+    /// that use it expect. Panics with the build error if the service does not start, or
+    /// naming what it waits for if it is not ready within [`START_WITHIN`].
     pub fn start<B, Fut>(build: B) -> Self
+    where
+        B: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<Application>>,
+    {
+        Self::start_waiting(build, true)
+    }
+
+    /// As [`RunningService::start`], returning as soon as the service serves, ready or not
+    /// (a test of a service started while a server it needs is away).
+    pub fn start_unready<B, Fut>(build: B) -> Self
+    where
+        B: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<Application>>,
+    {
+        Self::start_waiting(build, false)
+    }
+
+    fn start_waiting<B, Fut>(build: B, until_ready: bool) -> Self
     where
         B: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<Application>>,
@@ -208,6 +255,12 @@ impl RunningService {
             rt.block_on(async move {
                 match build().await {
                     Ok(app) => {
+                        if until_ready && tokio::time::timeout(START_WITHIN, app.started()).await.is_err() {
+                            let waiting = app.waiting_for().join("; ");
+                            let _ =
+                                port_tx.send(Err(format!("not ready within {START_WITHIN:?}: {waiting}")));
+                            return;
+                        }
                         let _ = port_tx.send(Ok(app.port()));
                         let _ = app
                             .run_until_stopped(async {

@@ -23,7 +23,7 @@ pub trait Service: ServiceSettings {
 
 /// Implements [`Service`] for the settings of a service that owns a database (whose settings
 /// have `database_url()`): built by `$start`, and `<binary> migrate` prepares the database
-/// with `$migrations` (`seckill_db::prepare`):
+/// with `$migrations` (`seckill_db::migrate`):
 /// `seckill_web::database_service!(Settings, start, MIGRATIONS);`.
 #[cfg(feature = "db")]
 #[macro_export]
@@ -36,7 +36,7 @@ macro_rules! database_service {
 
             fn migrate(&self) -> Option<impl ::std::future::Future<Output = ::anyhow::Result<()>>> {
                 let url = self.database_url();
-                Some(async move { $crate::runner::seckill_db::prepare(&url, $migrations).await })
+                Some(async move { $crate::runner::seckill_db::migrate(&url, &$migrations).await })
             }
         }
     };

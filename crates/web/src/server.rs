@@ -10,6 +10,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use seckill_common::ErrorCode;
 use seckill_common::config::HttpSettings;
+use seckill_common::ready::Readiness;
 use seckill_common::trust::Trust;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -133,6 +134,8 @@ async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
 pub struct Lifecycle {
     pub cancel: CancellationToken,
     pub tasks: TaskTracker,
+    /// The parts becoming ready in the background ([`Lifecycle::spawn_start_up`]).
+    starting: Arc<std::sync::Mutex<Vec<Arc<Readiness>>>>,
 }
 
 impl Lifecycle {
@@ -146,6 +149,24 @@ impl Lifecycle {
         F: Future<Output = ()> + Send + 'static,
     {
         self.tasks.spawn(task);
+    }
+
+    /// Makes a part of the service ready in the background (`task`, usually
+    /// `seckill_common::ready::keep_trying`, sets `readiness`): the service serves meanwhile, and
+    /// `task` is dropped where it stands if the service stops first (it holds nothing to finish).
+    /// [`Application::started`] waits for every such part.
+    pub fn spawn_start_up<F>(&self, readiness: Arc<Readiness>, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(readiness);
+        let cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = task => {}
+            }
+        });
     }
 
     /// Runs `task` once the service is told to stop, after the last request has been
@@ -209,6 +230,23 @@ impl Application {
     /// The port the server got (the real one when port 0 was asked for).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Resolves once every part started in the background is ready: the database migrated,
+    /// the publisher connected, the scripts loaded (tests wait for it; a service serves before).
+    pub fn started(&self) -> impl Future<Output = ()> + Send + 'static {
+        let parts = self.lifecycle.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        async move {
+            for part in parts {
+                part.wait().await;
+            }
+        }
+    }
+
+    /// What [`Application::started`] still waits for, each part with why.
+    pub fn waiting_for(&self) -> Vec<String> {
+        let parts = self.lifecycle.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        parts.iter().filter_map(|p| p.check().err().map(|why| format!("{}: {why}", p.what()))).collect()
     }
 
     /// Serves until `shutdown` resolves (or the server stops), then stops taking requests,

@@ -45,6 +45,16 @@ pub fn spawn_app() -> TestApp {
 /// prefix and queue names; `configure` adjusts its settings first. stock-service has queue
 /// names of its own, so the releases order-service publishes wait in the queue for the test.
 pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(configure, true)
+}
+
+/// As [`spawn_app_with`], returning as soon as order-service serves, ready or not (its servers
+/// may be away); stock-service is started ready.
+pub fn spawn_unready_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(configure, false)
+}
+
+fn spawn(configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
     let http = || HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() };
     let amqp_for = |names: &mut TestNames| {
         let amqp = AmqpSettings {
@@ -96,7 +106,9 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     };
     configure(&mut settings);
     let amqp = settings.amqp.clone();
-    let service = RunningService::start(move || order_service::startup::build(settings));
+    let build = move || order_service::startup::build(settings);
+    let service =
+        if until_ready { RunningService::start(build) } else { RunningService::start_unready(build) };
     TestApp {
         service,
         stock,
@@ -372,11 +384,16 @@ impl TestApp {
 /// Publishes `body` to `queue` (one order-service consumes), signed by `from` for order-service,
 /// and confirmed.
 async fn publish_signed(queue: &str, from: Peer, body: &[u8]) {
+    wait_for_consumer(queue).await;
+    publish_signed_now(queue, from, body).await;
+}
+
+/// As [`publish_signed`], without waiting for a consumer: `queue` must exist.
+pub async fn publish_signed_now(queue: &str, from: Peer, body: &[u8]) {
     let signature = keys::trust(from).sign_message(Peer::Order, body);
     let mut headers = FieldTable::default();
     headers.insert(SIGNATURE_HEADER.into(), AMQPValue::LongString(signature.into()));
     let properties = lapin::BasicProperties::default().with_headers(headers).with_delivery_mode(2);
-    wait_for_consumer(queue).await;
     let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await.unwrap();
     let channel = conn.create_channel().await.unwrap();
     channel.confirm_select(Default::default()).await.unwrap();

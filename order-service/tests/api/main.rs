@@ -9,4 +9,5 @@ mod helpers;
 mod internal;
 mod orders;
 mod read_bounds;
+mod startup;
 mod sweeper;

@@ -42,6 +42,16 @@ pub fn spawn_app() -> TestApp {
 /// internal API, on this test's own Redis prefix and queue names; `configure` adjusts its
 /// settings first.
 pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(configure, true)
+}
+
+/// As [`spawn_app_with`], returning as soon as seckill-service serves, ready or not (its
+/// servers may be away); stock-service is started ready.
+pub fn spawn_unready_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(configure, false)
+}
+
+fn spawn(configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
     let mut names = TestNames::new();
     let amqp = AmqpSettings {
         url: amqp_url(),
@@ -84,7 +94,9 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         ..Default::default()
     };
     configure(&mut settings);
-    let service = RunningService::start(move || seckill_service::startup::build(settings));
+    let build = move || seckill_service::startup::build(settings);
+    let service =
+        if until_ready { RunningService::start(build) } else { RunningService::start_unready(build) };
     TestApp {
         service,
         _stock: stock,

@@ -10,3 +10,4 @@ mod read_bounds;
 mod reconcile;
 mod sale;
 mod shed;
+mod startup;

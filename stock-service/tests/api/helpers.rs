@@ -25,19 +25,34 @@ pub fn spawn_app() -> TestApp {
 
 /// As [`spawn_app`], with the settings adjusted by `configure` first.
 pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
-    let db = TestDb::new("stock");
-    let mut names = TestNames::new();
-    let amqp = test_amqp(&mut names);
-    let mut settings = Settings {
+    spawn(configure, true)
+}
+
+/// As [`spawn_app_with`], returning as soon as it serves, ready or not (its servers may be away).
+pub fn spawn_unready_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(configure, false)
+}
+
+/// The settings a test's service gets: its own database, its own queue names.
+pub fn test_settings(db: &TestDb, names: &mut TestNames) -> Settings {
+    Settings {
         http: HttpSettings { host: "127.0.0.1".into(), port: Some(0), workers: 2, ..Default::default() },
         database: DatabaseSettings { url: Some(db.url().to_owned()), ..Default::default() },
-        amqp,
+        amqp: test_amqp(names),
         trust: keys::trust_settings(Peer::Stock),
         ..Default::default()
-    };
+    }
+}
+
+fn spawn(configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
+    let db = TestDb::new("stock");
+    let mut names = TestNames::new();
+    let mut settings = test_settings(&db, &mut names);
     configure(&mut settings);
     let amqp = settings.amqp.clone();
-    let service = RunningService::start(move || stock_service::startup::build(settings));
+    let build = move || stock_service::startup::build(settings);
+    let service =
+        if until_ready { RunningService::start(build) } else { RunningService::start_unready(build) };
     TestApp { service, http: reqwest::Client::new(), db, amqp, _names: names }
 }
 

@@ -7,4 +7,5 @@ mod outage;
 mod read_bounds;
 mod releases;
 mod sale_input;
+mod startup;
 mod trust;

@@ -113,6 +113,32 @@ impl Server {
             Self::RabbitMq => "rabbitmq",
         }
     }
+
+    /// The `scripts/faults.sh server` actions that take it down and bring it back as a service
+    /// sees it (connections refused, then accepted). RabbitMQ's application is stopped, not
+    /// its node: the same refusal, back in seconds rather than a node's minute.
+    pub fn down_and_up(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Postgres | Self::Redis => ("stop", "start"),
+            Self::RabbitMq => ("stop-app", "start-app"),
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Redis => "redis",
+            Self::RabbitMq => "rabbitmq",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "PostgreSQL",
+            Self::Redis => "Redis",
+            Self::RabbitMq => "RabbitMQ",
+        }
+    }
 }
 
 /// What the driver does during a case, in order.
@@ -130,6 +156,15 @@ pub enum Step {
     Term(Unit),
     /// Start the binary and wait until its /readyz answers 200.
     Start(Unit),
+    /// Start the binary while a server it needs is down: wait until it serves `/healthz`
+    /// (it must not exit), and note what its `/readyz` says it waits for.
+    StartWaiting(Unit),
+    /// Wait until its /readyz answers 200 (after the server it waited for is back), without
+    /// a restart.
+    AwaitReady(Unit),
+    /// The server a case stopped is back: the buy path must answer again within
+    /// `verdict::BACK_AFTER_SERVER_S` of this instant.
+    ServerBack,
     /// SIGSTOP: the process freezes with its connections open.
     Pause(Unit),
     /// SIGCONT.
@@ -199,7 +234,8 @@ impl Timing {
 }
 
 /// The CI subset run by `--quick`.
-pub const QUICK: [&str; 4] = ["kill9-order", "kill9-seckill-buckets", "redis-flush-kill", "replicas"];
+pub const QUICK: [&str; 5] =
+    ["kill9-order", "kill9-seckill-buckets", "kill9-order-rabbitmq-down", "redis-flush-kill", "replicas"];
 
 /// Most replicas of a service any case runs (the ports the suite may take).
 pub const MAX_REPLICAS: usize = 2;
@@ -254,6 +290,44 @@ pub fn all(t: Timing) -> Vec<Case> {
             replicas: 1,
             extra: Vec::new(),
         });
+    }
+    // A service killed and started again while a server is down: it must start and wait
+    // (no exit, no crash loop), and take work again once the server is back.
+    for server in [Server::RabbitMq, Server::Postgres, Server::Redis] {
+        let (down, up) = server.down_and_up();
+        for svc in [Svc::Stock, Svc::Seckill, Svc::Order] {
+            let unit = Unit::first(svc);
+            cases.push(Case {
+                name: format!("kill9-{}-{}-down", svc.short(), server.short()),
+                fault: format!(
+                    "{} down mid-sale and kill -9 of {} while it is down, started again {:.0} s later (the \
+                     server still down), {} back {:.0} s after that",
+                    server.name(),
+                    svc.name(),
+                    secs(t.down),
+                    server.name(),
+                    secs(t.down)
+                ),
+                steps: vec![
+                    Wait(t.fault_at),
+                    Fault,
+                    Ctl(server, down),
+                    Kill9(vec![unit]),
+                    Wait(t.down),
+                    StartWaiting(unit),
+                    Wait(t.down),
+                    Ctl(server, up),
+                    ServerBack,
+                    AwaitReady(unit),
+                    Back,
+                ],
+                // Buyers keep arriving after the server is back.
+                arrive_over: t.arrive_over + Duration::from_secs(6),
+                buckets: 1,
+                replicas: 1,
+                extra: Vec::new(),
+            });
+        }
     }
     let before = Duration::from_secs(1);
     let order = Unit::first(Svc::Order);
@@ -395,14 +469,19 @@ mod tests {
     #[test]
     fn every_case_marks_its_fault_and_its_return() {
         let cases = all(Timing::new(false));
-        assert_eq!(cases.len(), 15);
+        assert_eq!(cases.len(), 24);
         for c in &cases {
             assert!((1..=MAX_REPLICAS).contains(&c.replicas), "{}", c.name);
             // A step may only act on a replica the case runs.
             for s in &c.steps {
                 let units = match s {
                     Step::Kill9(us) => us.clone(),
-                    Step::Term(u) | Step::Start(u) | Step::Pause(u) | Step::Resume(u) => vec![*u],
+                    Step::Term(u)
+                    | Step::Start(u)
+                    | Step::StartWaiting(u)
+                    | Step::AwaitReady(u)
+                    | Step::Pause(u)
+                    | Step::Resume(u) => vec![*u],
                     _ => Vec::new(),
                 };
                 assert!(units.iter().all(|u| u.replica < c.replicas), "{}: {s:?}", c.name);
@@ -426,7 +505,29 @@ mod tests {
             ["kill9-gateway", "order-down-15s"]
         );
         assert!(select(t, false, &["nope".into()]).is_err());
-        assert_eq!(select(t, false, &[]).unwrap().len(), 15);
+        assert_eq!(select(t, false, &[]).unwrap().len(), 24);
+    }
+
+    #[test]
+    fn each_service_is_started_again_while_each_server_is_down() {
+        let cases = all(Timing::new(false));
+        for server in ["rabbitmq", "postgres", "redis"] {
+            for svc in ["stock", "seckill", "order"] {
+                let name = format!("kill9-{svc}-{server}-down");
+                let c = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+                let at = |want: fn(&Step) -> bool| c.steps.iter().position(want).unwrap();
+                let (stop, kill, start) = (
+                    at(|s| matches!(s, Step::Ctl(_, "stop" | "stop-app"))),
+                    at(|s| matches!(s, Step::Kill9(_))),
+                    at(|s| matches!(s, Step::StartWaiting(_))),
+                );
+                let (up, back) = (
+                    at(|s| matches!(s, Step::Ctl(_, "start" | "start-app"))),
+                    at(|s| *s == Step::ServerBack),
+                );
+                assert!(stop < kill && kill < start && start < up && up < back, "{name}: {:?}", c.steps);
+            }
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
 use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
+use super::verdict::{BACK_AFTER_SERVER, BACK_AFTER_SERVER_S};
 use super::{CaseResult, Config};
 use crate::markdown::n0;
 
@@ -101,19 +102,22 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          outside that nothing was lost. It runs against **private servers of its own, never yours**: a PostgreSQL \
          cluster made with `initdb` (port {}, trust on loopback), a Redis without persistence ({}) and a second \
          RabbitMQ node `seckill-faults@localhost` ({}, its own Erlang cookie), all in `run/faults/`, stopped and \
-         removed at the end (logs kept in `run/faults-logs/`), and the four release binaries on ports {}-{} \
+         removed at the end (logs kept in `run/faults-logs/`), and the four {} binaries on ports {}-{} \
          (the gateway's admin listener on {}; in a case with replicas, replica k of each on its port + {PORT_STEP}k, \
          every caller given the list of all its callee's replicas), because it restarts those servers, flushes \
          Redis and kills connections.\n",
         port(&cfg.pg_url),
         port(&cfg.redis_url),
         port(&cfg.amqp_url),
+        // scripts/faults.sh builds release ones; FAULTS_BIN_DIR may name a debug build (cargo's
+        // `debug` directory, or a copy of it under a directory of that name).
+        if cfg.bin_dir.components().any(|c| c.as_os_str() == "debug") { "debug" } else { "release" },
         cfg.http_port,
         cfg.http_port + 3,
         cfg.http_port + 4
     );
     out.push_str(
-        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service, Redis FLUSHALL with requests queued, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
+        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
     );
     let units = cfg.units();
     let _ = writeln!(
@@ -145,6 +149,17 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          - **every unit sold** when buyers outnumber units;\n\
          - and the load tool's sale invariants on the buyers' final results (`buyers' view: ...`: distinct order ids, no \
          oversell, winners = min(stock, buyers), nothing queued or lost, the gateway's stock agreeing).\n\n",
+    );
+    let _ = writeln!(
+        out,
+        "A case that starts a service again **while a server is down** (`kill9-<service>-<server>-down`) stops the \
+         server (PostgreSQL and Redis stopped, RabbitMQ's application stopped: connections refused), kills the \
+         service with -9, starts it again while the server is still down (it must stay up and serve `/healthz`; what \
+         its `/readyz` says it waits for is shown in the timeline), brings the server back, waits for the service to \
+         become ready without a restart, and checks besides:\n\n\
+         - **{BACK_AFTER_SERVER}**: the first 202 or 410 SOLD_OUT answered to a request sent after the fault comes \
+         within {BACK_AFTER_SERVER_S} s of the server's return (or before it, where the buy path did not need that \
+         server).\n"
     );
     let _ = writeln!(
         out,
@@ -315,6 +330,7 @@ mod tests {
             timeline: Timeline {
                 fault_s: Some(1.5),
                 back_s: Some(3.5),
+                server_back_s: None,
                 events: vec![(1.5, "kill -9 order-service".into())],
                 error: None,
             },

@@ -263,10 +263,43 @@ impl Fleet {
 
     /// Starts the binary and waits until it is ready; returns how long that took.
     pub async fn start(&mut self, unit: Unit) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        self.spawn(unit)?;
+        self.await_ready_since(unit, started).await
+    }
+
+    /// Starts the binary while a server it needs is down: waits until it serves `/healthz`
+    /// (an exit fails the step), and returns how long that took and what its `/readyz` says.
+    pub async fn start_waiting(&mut self, unit: Unit) -> anyhow::Result<(Duration, String)> {
+        let started = Instant::now();
+        self.spawn(unit)?;
+        loop {
+            self.check_alive(unit, "during start-up")?;
+            if self.get(unit, "/healthz").await.status == 200 {
+                break;
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!("{unit} did not serve /healthz within {} s", READY_TIMEOUT.as_secs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let took = started.elapsed();
+        // Its first tries fail meanwhile: what it says it waits for.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.check_alive(unit, "while its server was down")?;
+        let ready = self.get(unit, "/readyz").await;
+        Ok((took, format!("/readyz {} {}", ready.status, String::from_utf8_lossy(&ready.body).trim())))
+    }
+
+    /// Waits until a running unit is ready (no restart); returns how long that took.
+    pub async fn await_ready(&mut self, unit: Unit) -> anyhow::Result<Duration> {
+        self.await_ready_since(unit, Instant::now()).await
+    }
+
+    fn spawn(&mut self, unit: Unit) -> anyhow::Result<()> {
         if self.running(unit) {
             bail!("{unit} is already running");
         }
-        let started = Instant::now();
         let log_path = self.log_path(unit);
         let mut log = OpenOptions::new()
             .create(true)
@@ -297,13 +330,24 @@ impl Fleet {
             std::fs::write(self.pid_path(unit), format!("{pid}\n"))?;
         }
         self.children.insert(unit, Running { child, env });
+        Ok(())
+    }
+
+    /// Fails, with the end of its log, if the unit has exited.
+    fn check_alive(&mut self, unit: Unit, when: &str) -> anyhow::Result<()> {
+        let Some(r) = self.children.get_mut(&unit) else {
+            bail!("{unit} is not running");
+        };
+        if let Some(status) = r.child.try_wait()? {
+            self.children.remove(&unit);
+            bail!("{unit} exited {when} ({status}); its log ends:\n{}", tail(&self.log_path(unit), 15));
+        }
+        Ok(())
+    }
+
+    async fn await_ready_since(&mut self, unit: Unit, started: Instant) -> anyhow::Result<Duration> {
         loop {
-            if let Some(r) = self.children.get_mut(&unit)
-                && let Some(status) = r.child.try_wait()?
-            {
-                self.children.remove(&unit);
-                bail!("{unit} exited during start-up ({status}); its log ends:\n{}", tail(&log_path, 15));
-            }
+            self.check_alive(unit, "before it was ready")?;
             if self.ready(unit).await {
                 return Ok(started.elapsed());
             }
@@ -311,7 +355,7 @@ impl Fleet {
                 bail!(
                     "{unit} not ready after {} s; its log ends:\n{}",
                     READY_TIMEOUT.as_secs(),
-                    tail(&log_path, 15)
+                    tail(&self.log_path(unit), 15)
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

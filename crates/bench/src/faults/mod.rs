@@ -124,6 +124,8 @@ pub fn port_of(url: &str) -> Option<u16> {
 pub struct Timeline {
     pub fault_s: Option<f64>,
     pub back_s: Option<f64>,
+    /// When the server a case stopped was back ([`Step::ServerBack`]).
+    pub server_back_s: Option<f64>,
     /// `(seconds since the sale opened, what)`.
     pub events: Vec<(f64, String)>,
     pub error: Option<String>,
@@ -349,6 +351,9 @@ async fn run_sale(
     let (figures, mut checks) =
         verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
 
+    if let Some(at) = r.timeline.server_back_s {
+        checks.push(verdict::back_after_server(&logs, r.timeline.fault_s, at));
+    }
     // What only a replicated case checks.
     if case.extra.contains(&Extra::SoldOutEverywhere) {
         checks.push(replicas::sold_out_everywhere(fleet, g, first - 10, sold_out_in_db(&outside)).await);
@@ -416,6 +421,10 @@ async fn run_steps(
                 tl.back_s = Some(at);
                 Ok("everything is running again".into())
             }
+            Step::ServerBack => {
+                tl.server_back_s = Some(at);
+                continue;
+            }
             Step::Kill9(us) => fleet.kill9(us).await.map(|()| {
                 let names: Vec<String> = us.iter().map(Unit::to_string).collect();
                 format!("kill -9 {}", names.join(" and "))
@@ -427,6 +436,16 @@ async fn run_steps(
                 .start(*u)
                 .await
                 .map(|took| format!("{u} started, ready after {:.1} s", took.as_secs_f64())),
+            Step::StartWaiting(u) => fleet.start_waiting(*u).await.map(|(took, readyz)| {
+                format!(
+                    "{u} started while its server is down, serving after {:.1} s: {readyz}",
+                    took.as_secs_f64()
+                )
+            }),
+            Step::AwaitReady(u) => fleet
+                .await_ready(*u)
+                .await
+                .map(|took| format!("{u} ready {:.1} s later, not restarted", took.as_secs_f64())),
             Step::Pause(u) => fleet.signal(*u, Signal::STOP).map(|()| format!("SIGSTOP {u}")),
             Step::Resume(u) => fleet.signal(*u, Signal::CONT).map(|()| format!("SIGCONT {u}")),
             Step::Ctl(server, action) => servers

@@ -18,6 +18,10 @@ pub const EVERY_202_FINAL: &str = "every 202 ends success or failed";
 pub const RESULTS_AGREE: &str = "results agree with the orders";
 pub const STOCK_AGREES: &str = "stock_available = stock_total - active orders";
 pub const ALL_SOLD: &str = "every unit sold";
+pub const BACK_AFTER_SERVER: &str = "buy path back soon after the server";
+/// How soon after a stopped server's return the buy path must answer again: the services'
+/// back-off tops out at 5 s (`seckill_common::ready`), plus a request's own retry.
+pub const BACK_AFTER_SERVER_S: f64 = 10.0;
 
 /// How many examples a detail names.
 const EXAMPLES: usize = 5;
@@ -130,6 +134,66 @@ pub fn buy_path_back(logs: &[BuyerLog], fault_s: f64) -> Option<f64> {
         .filter(|(sent, _)| *sent >= fault_s)
         .map(|(_, answered)| answered - fault_s)
         .min_by(f64::total_cmp)
+}
+
+/// The buy path answered again within [`BACK_AFTER_SERVER_S`] of the server's return at
+/// `server_back_s`: the first good answer (a 202 or a clean SOLD_OUT) to a request sent after
+/// the fault came at most that long after the return (before it counts as at once: the buy
+/// path did not need that server, or not for long).
+pub fn back_after_server(logs: &[BuyerLog], fault_s: Option<f64>, server_back_s: f64) -> Check {
+    let first = fault_s.and_then(|f| buy_path_back(logs, f).map(|back| f + back));
+    match first {
+        Some(at) if at - server_back_s <= BACK_AFTER_SERVER_S => check(
+            BACK_AFTER_SERVER,
+            true,
+            format!(
+                "the buy path answered again {:.1} s after the server's return",
+                (at - server_back_s).max(0.0)
+            ),
+        ),
+        Some(at) => check(
+            BACK_AFTER_SERVER,
+            false,
+            format!(
+                "the buy path answered again {:.1} s after the server's return (more than {BACK_AFTER_SERVER_S} s)",
+                at - server_back_s
+            ),
+        ),
+        None => check(BACK_AFTER_SERVER, false, "the buy path never answered again after the fault".into()),
+    }
+}
+
+#[cfg(test)]
+mod back_after_server_tests {
+    use super::*;
+
+    fn answered(good: Vec<(f64, f64)>) -> Vec<BuyerLog> {
+        vec![BuyerLog {
+            user_id: 1,
+            late: false,
+            bearer: None,
+            order_calls: 1,
+            accepted: Vec::new(),
+            sold_out: false,
+            gave_up: false,
+            good,
+            tally: Tally::default(),
+        }]
+    }
+
+    #[test]
+    fn the_buy_path_must_answer_within_seconds_of_the_servers_return() {
+        // Down from the fault at 2 s, the server back at 8 s, a 202 at 9 s: 1 s after.
+        let c = back_after_server(&answered(vec![(1.0, 1.1), (8.5, 9.0)]), Some(2.0), 8.0);
+        assert!(c.ok, "{}", c.detail);
+        // Never down: at once.
+        assert!(back_after_server(&answered(vec![(2.5, 2.6)]), Some(2.0), 8.0).ok);
+        // Back 12 s after the server.
+        let c = back_after_server(&answered(vec![(19.0, 20.0)]), Some(2.0), 8.0);
+        assert!(!c.ok, "{}", c.detail);
+        // Never back.
+        assert!(!back_after_server(&answered(vec![(1.0, 1.1)]), Some(2.0), 8.0).ok);
+    }
 }
 
 /// From the fault until every request accepted before everything was back (the backlog the
