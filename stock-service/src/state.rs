@@ -2,16 +2,16 @@
 
 use seckill_db::PgPool;
 
-use crate::goods::{LIST_CACHE_TTL, ListCache};
+use crate::goods::{FirstPages, LIST_CACHE_TTL};
 
 pub struct AppState {
     pub pool: PgPool,
-    /// `GET /api/goods`'s answer, kept for [`LIST_CACHE_TTL`].
-    pub goods_list: ListCache,
+    /// `GET /api/goods`'s first pages, kept for [`LIST_CACHE_TTL`].
+    pub goods_lists: FirstPages,
 }
 
 impl AppState {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool, goods_list: ListCache::new(LIST_CACHE_TTL) }
+        Self { pool, goods_lists: FirstPages::new(LIST_CACHE_TTL) }
     }
 }

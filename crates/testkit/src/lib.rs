@@ -91,6 +91,21 @@ impl Drop for TestDb {
     }
 }
 
+/// Puts `n` sales that ended long ago straight into a stock database (already migrated), in
+/// one statement: a shop that has run sales for years, in a second. Sale `k` (1 to `n`) is
+/// named `ended k`, started `k` minutes more than two days ago and ended a day after its start;
+/// every third shares its times with the next two, so a listing must break ties by id.
+pub async fn insert_ended_sales(db: &TestDb, n: u32) {
+    let sql = format!(
+        "INSERT INTO goods (name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at) \
+         SELECT 'ended ' || k, 1000, 500, 10, 10, now() - interval '2 days' - (k / 3) * interval '1 minute', \
+                now() - interval '1 day' - (k / 3) * interval '1 minute' \
+         FROM generate_series(1, {n}) AS k"
+    );
+    let mut conn = db.connect().await;
+    diesel::sql_query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("insert {n} ended sales: {e}"));
+}
+
 /// Deletes this test's Redis keys and AMQP queues and exchanges when dropped.
 pub struct TestNames {
     pub redis_prefix: String,
