@@ -42,6 +42,12 @@ pub fn spawn_app() -> TestApp {
 /// internal API, on this test's own Redis prefix and queue names; `configure` adjusts its
 /// settings first.
 pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_seeded(|_| {}, configure)
+}
+
+/// As [`spawn_app_with`], with `seed` run against stock-service's database (created and
+/// migrated) before seckill-service starts: what its start-up finds there.
+pub fn spawn_app_seeded(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings)) -> TestApp {
     let mut names = TestNames::new();
     let amqp = AmqpSettings {
         url: amqp_url(),
@@ -67,6 +73,7 @@ pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         ..Default::default()
     };
     let stock = RunningService::start(move || stock_service::startup::build(s));
+    seed(&stock_db);
     let orders = FakeOrders::start();
 
     let mut settings = Settings {
