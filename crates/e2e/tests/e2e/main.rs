@@ -5,6 +5,7 @@ mod bad_input;
 mod buckets;
 mod cluster;
 mod flash_sale;
+mod history;
 /// The harness, under the name the tests use.
 mod helpers {
     pub use seckill_e2e::*;
