@@ -152,6 +152,17 @@ async fn measure(
         .lines()
         .find_map(|l| l.strip_prefix("seckill_reconciler_sales_watched "))
         .and_then(|v| v.trim().parse().ok());
+    if reconciler_sales_watched.is_none() {
+        eprintln!(
+            "idle: seckill-service's /metrics (HTTP {}) has no seckill_reconciler_sales_watched: {}",
+            metrics.status,
+            String::from_utf8_lossy(&metrics.body)
+                .lines()
+                .filter(|l| l.contains("reconciler"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
     Ok(IdleRun {
         ended_sales: ended,
         live_sales: args.live,
@@ -195,7 +206,8 @@ async fn clean_up(args: &IdleArgs, backends: &Backends, prefix: &str) {
     if let Err(e) = delete_keys(&args.redis_url, &format!("{prefix}:")).await {
         eprintln!("idle: the run's Redis keys were not deleted: {e:#}");
     }
-    let deleted = crate::cleanup::ScratchNames::new(prefix, &[1_800], &[500, 1_000], &[]);
+    // The fleet names its queues under `<prefix>.`.
+    let deleted = crate::cleanup::ScratchNames::new(&format!("{prefix}."), &[1_800], &[500, 1_000], &[]);
     match deleted {
         Ok(names) => {
             if let Err(e) = crate::cleanup::delete(&args.amqp_url, &names).await {

@@ -228,7 +228,7 @@ impl Fleet {
                 env.push(("SECKILL__REDIS__KEY_PREFIX".into(), format!("{p}:")));
             }
             if svc != Svc::Gateway {
-                env.push(("SECKILL__AMQP__PREFIX".into(), p.clone()));
+                env.push(("SECKILL__AMQP__PREFIX".into(), format!("{p}.")));
             }
         }
         // Every service with an `upstreams` section gets all three private lists, whichever it
