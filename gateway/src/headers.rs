@@ -31,6 +31,7 @@ use actix_web::http::header as actix;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use seckill_common::ErrorCode;
 use seckill_common::headers::{REQUEST_ID, SECKILL_TOKEN};
+use seckill_common::listing::NEXT_CURSOR;
 use seckill_web::ApiError;
 
 /// A client header a service may receive, and why it must.
@@ -55,6 +56,8 @@ pub const TO_CLIENT: &[Allowed] = &[
     Allowed { name: "cache-control", why: "a sale's live state is `no-store`" },
     Allowed { name: "retry-after", why: "when a shed (503 `BUSY`) or limited (429) request may come again" },
     Allowed { name: "allow", why: "the methods a 405 names, as RFC 9110 requires" },
+    Allowed { name: NEXT_CURSOR, why: "the cursor to a list's next page (`GET /api/goods`)" },
+    Allowed { name: "link", why: "the next page's URL of a list, `rel=\"next\"`" },
 ];
 
 /// Longest value of an allowed header the gateway forwards. A content type or a path token is

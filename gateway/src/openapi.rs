@@ -82,6 +82,7 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
         operations::sale_state,
         operations::render_storefront,
         operations::list_page,
+        operations::ended_page,
         operations::sale_page,
         operations::admin_page,
         operations::asset,
@@ -445,7 +446,9 @@ errors!(ResultErrors: TOKEN, BAD_GOODS_ID, NO_SALE, &[
     ),
     (ErrorCode::Unavailable, "Redis, stock-service or order-service did not answer: try again shortly."),
 ], FORWARDED);
-errors!(ListGoodsErrors: ANONYMOUS_LIMIT, DATABASE, FORWARDED);
+errors!(ListGoodsErrors: ANONYMOUS_LIMIT, &[
+    (ErrorCode::InvalidInput, "A `state`, `limit` or `cursor` that is not one of the above; the message names it."),
+], DATABASE, FORWARDED);
 errors!(GetGoodsErrors: ANONYMOUS_LIMIT, BAD_GOODS_ID, &[
     (ErrorCode::GoodsNotFound, "No goods have this id."),
 ], DATABASE, FORWARDED);
@@ -596,13 +599,52 @@ mod operations {
 
     /// List the sales
     ///
-    /// Every sale, ended ones too, with its stock as the stock ledger counts it.
+    /// The sales in the states asked (without `state`: the live and upcoming ones), with their
+    /// stock as the stock ledger counts it, a bounded page at a time. The live and upcoming
+    /// sales come soonest first (by `start_at`, then id); the ended ones alone, latest first
+    /// (by `end_at`, then id). While more may follow, the response carries the cursor to the
+    /// next page in `x-next-cursor` (and the next page's URL in `Link`); the last page has
+    /// neither. Walking the cursor meets every sale of those states once.
     #[utoipa::path(
         get,
         path = "/api/goods",
         tag = "goods",
+        params(
+            (
+                "state" = Option<String>,
+                Query,
+                description = "`upcoming`, `live` or `ended`, or several separated by commas \
+                    (default `upcoming,live`).",
+                pattern = r"^(upcoming|live|ended)(,(upcoming|live|ended))*$",
+                example = "live,upcoming"
+            ),
+            (
+                "limit" = Option<u32>,
+                Query,
+                description = "Sales in the page, 1 to 200 (default 100).",
+                minimum = 1,
+                maximum = 200,
+                example = 100
+            ),
+            (
+                "cursor" = Option<String>,
+                Query,
+                description = "The previous page's `x-next-cursor`, for the page after it (the \
+                    same `state` as that page's).",
+                max_length = 100,
+                pattern = r"^[A-Za-z0-9_-]+$"
+            ),
+        ),
         responses(
-            (status = 200, description = "The sales.", body = Vec<Goods>),
+            (
+                status = 200,
+                description = "A page of the sales.",
+                body = Vec<Goods>,
+                headers(
+                    ("x-next-cursor" = String, description = "The cursor to the next page; absent on the last."),
+                    ("link" = String, description = "`<the next page's URL>; rel=\"next\"`; absent on the last."),
+                )
+            ),
             ListGoodsErrors,
         )
     )]
@@ -830,7 +872,8 @@ mod operations {
 
     /// Render the storefront now
     ///
-    /// Renders the list page and every sale's page from stock-service's figures at once (and
+    /// Renders both list pages' first pages, the page of every live and upcoming sale and of
+    /// the latest ended ones (those on the first ended page) from stock-service's figures at once (and
     /// writes them under `storefront.dir` when set); otherwise each page is rendered again at
     /// most every `storefront.refresh_secs`.
     #[utoipa::path(
@@ -847,25 +890,61 @@ mod operations {
     /// The body of `POST /api/admin/storefront/render`.
     #[derive(ToSchema)]
     struct RenderedPages {
-        /// The list page and one page per sale.
+        /// The two list pages and one page per sale rendered.
         pages: u64,
     }
 
-    /// The list of sales (HTML)
+    /// The sales on now and to come (HTML)
     ///
-    /// Every sale with its prices, its stock when the page was rendered, and its window.
-    /// Rendered at most every `storefront.refresh_secs` and served from memory, with an ETag.
+    /// The live and upcoming sales (live first) with their prices, their stock when the page
+    /// was rendered, and their window; a page of at most 100, with a link to the next and to
+    /// the ended sales. The first page is rendered at most every `storefront.refresh_secs`
+    /// and served from memory, with an ETag.
     #[utoipa::path(
         get,
         path = "/",
         tag = "storefront",
+        params(StorePageQuery),
         responses(
             (status = 200, description = "The page.", content_type = "text/html", body = String),
             (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            (status = 404, description = "A cursor the shop never gave: a short HTML page.", content_type = "text/html", body = String),
             (status = 503, description = "stock-service did not answer and no page was kept: a short HTML page.", content_type = "text/html", body = String),
+            ReferenceErrors,
         )
     )]
     fn list_page() {}
+
+    /// A list page's query: which page.
+    #[derive(utoipa::IntoParams)]
+    #[into_params(parameter_in = Query)]
+    #[allow(dead_code)]
+    struct StorePageQuery {
+        /// The page after the one whose "more" link carried it (absent: the first page). A
+        /// cursor the shop never gave is a 404 page.
+        #[param(max_length = 100, pattern = r"^[A-Za-z0-9_-]+$")]
+        cursor: Option<String>,
+    }
+
+    /// The ended sales (HTML)
+    ///
+    /// The ended sales, the latest first, a page of at most 100 with a link to the next. The
+    /// first page is rendered at most every `storefront.refresh_secs` and served from memory,
+    /// with an ETag; a later one is rendered for its request.
+    #[utoipa::path(
+        get,
+        path = "/ended",
+        tag = "storefront",
+        params(StorePageQuery),
+        responses(
+            (status = 200, description = "The page.", content_type = "text/html", body = String),
+            (status = 304, description = "Unchanged since the `If-None-Match` tag."),
+            (status = 404, description = "A cursor the shop never gave: a short HTML page.", content_type = "text/html", body = String),
+            (status = 503, description = "stock-service did not answer and no page was kept: a short HTML page.", content_type = "text/html", body = String),
+            ReferenceErrors,
+        )
+    )]
+    fn ended_page() {}
 
     /// A sale's page (HTML)
     ///

@@ -198,6 +198,16 @@ impl Proxy {
     /// goods): the status and the whole body. A request id of its own, so the upstream's log
     /// lines of the read can be found.
     pub async fn get(&self, service: Service, path: &str) -> Result<(u16, Bytes), ApiError> {
+        let (status, _, body) = self.get_page(service, path).await?;
+        Ok((status, body))
+    }
+
+    /// As [`Proxy::get`], with the page's cursor to the next (`x-next-cursor`, on a list).
+    pub async fn get_page(
+        &self,
+        service: Service,
+        path: &str,
+    ) -> Result<(u16, Option<String>, Bytes), ApiError> {
         let upstream = self.upstream(service);
         let mut headers = reqwest::header::HeaderMap::with_capacity(2);
         headers
@@ -207,8 +217,13 @@ impl Proxy {
         }
         let response = self.send(upstream, reqwest::Method::GET, path, headers, Bytes::new(), None).await?;
         let status = response.status().as_u16();
+        let next = response
+            .headers()
+            .get(seckill_common::listing::NEXT_CURSOR)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = response.bytes().await.map_err(|e| failure(upstream.service, e))?;
-        Ok((status, body))
+        Ok((status, next, body))
     }
 
     async fn send(

@@ -45,6 +45,7 @@ enum Handler {
     SaleState,
     StorefrontRender,
     ListPage,
+    EndedPage,
     SalePage,
     AdminPage,
     Asset,
@@ -73,7 +74,7 @@ impl PublicRoute {
     pub const fn access(&self) -> Access {
         match self.handler {
             Handler::Readyz => Access::Probe,
-            Handler::ListPage | Handler::AdminPage | Handler::Asset => Access::Page,
+            Handler::ListPage | Handler::EndedPage | Handler::AdminPage | Handler::Asset => Access::Page,
             // A sale page's id is the client's to choose, and a page not kept costs a call to
             // stock-service: limited per address like `GET /api/goods/{id}`.
             Handler::DevToken
@@ -107,6 +108,7 @@ impl PublicRoute {
             Handler::SaleState => route.to(storefront::sale_state),
             Handler::StorefrontRender => route.to(storefront::render_now),
             Handler::ListPage => route.to(storefront::list),
+            Handler::EndedPage => route.to(storefront::ended),
             Handler::SalePage => route.to(storefront::sale),
             Handler::AdminPage => route.to(storefront::admin),
             Handler::Asset => route.to(storefront::asset),
@@ -139,6 +141,7 @@ pub const ROUTES: &[PublicRoute] = &[
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/state", Handler::SaleState),
     PublicRoute::new(Method::POST, "/api/admin/storefront/render", Handler::StorefrontRender),
     PublicRoute::new(Method::GET, "/", Handler::ListPage),
+    PublicRoute::new(Method::GET, "/ended", Handler::EndedPage),
     PublicRoute::new(Method::GET, "/sales/{id}", Handler::SalePage),
     PublicRoute::new(Method::GET, "/admin", Handler::AdminPage),
     PublicRoute::new(Method::GET, "/static/{file}", Handler::Asset),
@@ -189,7 +192,7 @@ async fn anonymous_limit(
 /// address the outermost of them saw, read from the right of `X-Forwarded-For`. Never further
 /// left: the client writes those entries, and a made-up one per request would be a fresh
 /// bucket each time. A header too short or unreadable falls back to the peer.
-fn client_ip(req: &HttpRequest, hops: u8) -> IpAddr {
+pub(crate) fn client_ip(req: &HttpRequest, hops: u8) -> IpAddr {
     // No peer (only in in-process tests): one shared bucket, never none.
     let peer = req.peer_addr().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.ip());
     if hops == 0 {

@@ -11,6 +11,12 @@
 //! pages and their assets are also written there, so any web server or CDN can serve the same
 //! files.
 //!
+//! The list is bounded however many sales the shop has run: `/` shows the live and upcoming
+//! sales (live first), `/ended` the ended ones (the latest first), each a page of at most
+//! `listing::DEFAULT_PAGE` sales with a link to the next (`?cursor=`, stock-service's cursor).
+//! The first pages are kept like a sale's; a later page is rendered for its request (one
+//! indexed read at stock-service), limited per address like a sale's page.
+//!
 //! Also here: `GET /api/seckill/{goods_id}/state` (the page's one call as it opens), answered
 //! by the gateway itself while it remembers seckill-service calling the sale sold out.
 
@@ -27,6 +33,7 @@ use dashmap::DashMap;
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
 use seckill_common::api::{Goods, SaleState, SaleWindow};
+use seckill_common::listing::{GoodsQuery, RawGoodsQuery, StateSet};
 use seckill_common::{ErrorBody, ErrorCode, GoodsId};
 use seckill_web::ApiError;
 use serde::Serialize;
@@ -122,7 +129,8 @@ fn holds(req: &HttpRequest, etag: &str) -> bool {
 /// A page kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum PageKey {
-    List,
+    /// The first page of a list.
+    List(ListKind),
     Sale(GoodsId),
 }
 
@@ -130,10 +138,49 @@ impl PageKey {
     /// Its file under `storefront.dir`.
     fn file(self) -> String {
         match self {
-            Self::List => "index.html".into(),
+            Self::List(ListKind::Current) => "index.html".into(),
+            Self::List(ListKind::Ended) => "ended.html".into(),
             Self::Sale(g) => format!("sales/{g}.html"),
         }
     }
+}
+
+/// The two lists of sales the storefront shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ListKind {
+    /// `/`: live and upcoming.
+    Current,
+    /// `/ended`.
+    Ended,
+}
+
+impl ListKind {
+    fn states(self) -> StateSet {
+        match self {
+            Self::Current => StateSet::CURRENT,
+            Self::Ended => StateSet::ENDED,
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Self::Current => "/",
+            Self::Ended => "/ended",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Self::Current => "Flash sales",
+            Self::Ended => "Ended sales",
+        }
+    }
+}
+
+/// A page of a list as stock-service gave it, and its cursor to the next.
+struct ListPage {
+    goods: Vec<Goods>,
+    next: Option<String>,
 }
 
 /// One page's place in memory.
@@ -362,7 +409,8 @@ impl Storefront {
         format!("public, max-age={}", self.refresh.as_secs())
     }
 
-    fn list_page(&self, goods: &[Goods]) -> anyhow::Result<Rendered> {
+    /// A page of `kind`'s list; `next`, the cursor to the page after it.
+    fn list_page(&self, kind: ListKind, goods: &[Goods], next: Option<&str>) -> anyhow::Result<Rendered> {
         let now = Utc::now();
         let mut sales: Vec<&Goods> = goods.iter().collect();
         // Open sales first, then those to come, soonest first; ended ones last, latest first.
@@ -372,7 +420,15 @@ impl Storefront {
             SaleWindow::Ended => (2, -g.end_at.timestamp_millis()),
         });
         let sales: Vec<SaleView> = sales.into_iter().map(|g| SaleView::new(g, now)).collect();
-        self.templates.html(StatusCode::OK, self.page_cache(), "index.html", json!({ "sales": sales }))
+        // A cursor is URL-safe base64: nothing to escape in the link.
+        let next = next.map(|c| minijinja::Value::from_safe_string(format!("{}?cursor={c}", kind.path())));
+        let view = json!({
+            "title": kind.title(),
+            "ended": kind == ListKind::Ended,
+            "sales": sales,
+        });
+        let context = minijinja::context! { next => next, ..Serde(view) };
+        self.templates.html(StatusCode::OK, self.page_cache(), "index.html", context)
     }
 
     fn sale_page(&self, goods: &Goods) -> anyhow::Result<Rendered> {
@@ -435,7 +491,7 @@ impl Storefront {
     ) -> Arc<Rendered> {
         let outcome = self.render(proxy, key).await;
         let name = match key {
-            PageKey::List => "list",
+            PageKey::List(_) => "list",
             PageKey::Sale(_) => "sale",
         };
         let label = match &outcome {
@@ -476,10 +532,10 @@ impl Storefront {
 
     async fn render(&self, proxy: &Proxy, key: PageKey) -> Outcome {
         let rendered = match key {
-            PageKey::List => match list_goods(proxy).await {
-                Ok(goods) => {
-                    goods.iter().for_each(|g| self.learn(g));
-                    self.list_page(&goods)
+            PageKey::List(kind) => match list_goods(proxy, &GoodsQuery::first(kind.states())).await {
+                Ok(page) => {
+                    page.goods.iter().for_each(|g| self.learn(g));
+                    self.list_page(kind, &page.goods, page.next.as_deref())
                 }
                 Err(e) => return unavailable("the sales list", &e),
             },
@@ -501,15 +557,36 @@ impl Storefront {
         }
     }
 
-    /// Renders the list and every sale's page now from one call for the list, keeps them, and
-    /// writes them all (with the assets) when `storefront.dir` is set. The number of pages.
+    /// Renders now both lists' first pages and the page of every live and upcoming sale and
+    /// of each sale on the first page of the ended ones (the latest: their last render shows
+    /// them ended), keeps them, and writes them all (with the assets) when `storefront.dir` is
+    /// set. The number of pages. A sale that ended before those is left as it was last
+    /// written: thousands of past sales cost nothing here.
     pub async fn render_all(&self, proxy: &Proxy) -> Result<usize, ApiError> {
-        let goods = list_goods(proxy).await.map_err(|e| {
+        let unread = |e: ApiError| {
             ApiError::new(ErrorCode::UpstreamUnavailable, "the sales could not be read; no page was rendered")
                 .with_cause(anyhow::anyhow!("{e}"))
-        })?;
-        let mut rendered = vec![(PageKey::List, self.list_page(&goods).map_err(ApiError::internal)?)];
-        for g in &goods {
+        };
+        let mut rendered = Vec::new();
+        let mut sales = Vec::new();
+        for kind in [ListKind::Current, ListKind::Ended] {
+            let mut query = GoodsQuery::first(kind.states());
+            loop {
+                let page = list_goods(proxy, &query).await.map_err(unread)?;
+                if query.after.is_none() {
+                    let list = self.list_page(kind, &page.goods, page.next.as_deref());
+                    rendered.push((PageKey::List(kind), list.map_err(ApiError::internal)?));
+                }
+                let next = page.goods.last().map(|last| query.next(last));
+                sales.extend(page.goods);
+                match next {
+                    // Every current sale; of the ended ones, the first page.
+                    Some(next) if page.next.is_some() && kind == ListKind::Current => query = next,
+                    _ => break,
+                }
+            }
+        }
+        for g in &sales {
             self.learn(g);
             rendered.push((PageKey::Sale(g.id), self.sale_page(g).map_err(ApiError::internal)?));
         }
@@ -529,12 +606,42 @@ impl Storefront {
     /// A sale was just created: the list is rendered anew on its next request (and written
     /// now, for the files' readers).
     pub fn sale_created(gateway: &web::Data<Gateway>) {
-        gateway.storefront.pages.remove(&PageKey::List);
+        let key = PageKey::List(ListKind::Current);
+        gateway.storefront.pages.remove(&key);
         if gateway.storefront.dir.is_some() {
             let gateway = gateway.clone();
             actix_web::rt::spawn(async move {
-                gateway.storefront.page(&gateway.proxy, PageKey::List).await;
+                gateway.storefront.page(&gateway.proxy, key).await;
             });
+        }
+    }
+
+    /// A page of `kind`'s list past the first (`cursor` from the page before): rendered for
+    /// this request, not kept (a cursor is the client's to send, so keeping each would let
+    /// anyone grow memory). A cursor stock-service refuses is a 404 page.
+    async fn later_page(&self, proxy: &Proxy, kind: ListKind, cursor: &str) -> Arc<Rendered> {
+        let query = match GoodsQuery::parse(&RawGoodsQuery {
+            state: Some(kind.states().to_string()),
+            limit: None,
+            cursor: Some(cursor.to_owned()),
+        }) {
+            Ok(query) => query,
+            Err(_) => return self.not_found.clone(),
+        };
+        let page = match list_goods(proxy, &query).await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(error = %e, "storefront: stock-service did not give a page of the sales list");
+                return self.unavailable.clone();
+            }
+        };
+        page.goods.iter().for_each(|g| self.learn(g));
+        match self.list_page(kind, &page.goods, page.next.as_deref()) {
+            Ok(rendered) => Arc::new(rendered),
+            Err(e) => {
+                tracing::error!(error.cause_chain = %format_args!("{e:#}"), "storefront: a page did not render");
+                self.unavailable.clone()
+            }
         }
     }
 
@@ -608,16 +715,18 @@ fn unavailable(what: &str, e: &ApiError) -> Outcome {
     Outcome::Unavailable
 }
 
-/// `GET /api/goods` at stock-service.
-async fn list_goods(proxy: &Proxy) -> Result<Vec<Goods>, ApiError> {
-    let (status, body) = proxy.get(Service::Stock, "/api/goods").await?;
+/// A page of `GET /api/goods` at stock-service, with its cursor to the next.
+async fn list_goods(proxy: &Proxy, query: &GoodsQuery) -> Result<ListPage, ApiError> {
+    let (status, next, body) =
+        proxy.get_page(Service::Stock, &format!("/api/goods?{}", query.to_query_string())).await?;
     if status != 200 {
         return Err(ApiError::new(
             ErrorCode::UpstreamUnavailable,
             format!("GET /api/goods answered {status}"),
         ));
     }
-    serde_json::from_slice(&body).map_err(ApiError::internal)
+    let goods = serde_json::from_slice(&body).map_err(ApiError::internal)?;
+    Ok(ListPage { goods, next })
 }
 
 /// `GET /api/goods/{id}` at stock-service: None when it knows no such sale.
@@ -633,9 +742,28 @@ async fn one_goods(proxy: &Proxy, g: GoodsId) -> Result<Option<Goods>, ApiError>
     }
 }
 
-/// `GET /`: every sale.
+/// `GET /`: the live and upcoming sales, a page at a time.
 pub async fn list(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
-    gateway.storefront.page(&gateway.proxy, PageKey::List).await.respond(&req)
+    list_of(ListKind::Current, req, gateway).await
+}
+
+/// `GET /ended`: the ended sales, the latest first, a page at a time.
+pub async fn ended(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    list_of(ListKind::Ended, req, gateway).await
+}
+
+async fn list_of(kind: ListKind, req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let storefront = &gateway.storefront;
+    let cursor = web::Query::<RawGoodsQuery>::from_query(req.query_string()).ok().and_then(|q| q.0.cursor);
+    let Some(cursor) = cursor else {
+        return storefront.page(&gateway.proxy, PageKey::List(kind)).await.respond(&req);
+    };
+    // A page past the first costs a call to stock-service: limited per address.
+    let who = Who::address(crate::routes::client_ip(&req, gateway.proxy_hops));
+    if let Err(limited) = gateway.limits.take(Class::Anonymous, who).await {
+        return actix_web::ResponseError::error_response(&limited);
+    }
+    storefront.later_page(&gateway.proxy, kind, &cursor).await.respond(&req)
 }
 
 /// `GET /sales/{id}`: one sale.
@@ -773,11 +901,26 @@ mod tests {
     fn the_same_goods_render_the_same_bytes_and_tag() {
         let (a, b) = (storefront(true), storefront(true));
         let list = [goods(1, "one"), goods(2, "two")];
-        let (x, y) = (a.list_page(&list).unwrap(), b.list_page(&list).unwrap());
+        let page = |s: &Storefront, list: &[Goods]| s.list_page(ListKind::Current, list, None).unwrap();
+        let (x, y) = (page(&a, &list), page(&b, &list));
         assert_eq!((x.body(), x.etag()), (y.body(), y.etag()));
         let mut other = list.clone();
         other[1].stock_available -= 1;
-        assert_ne!(a.list_page(&other).unwrap().etag(), x.etag());
+        assert_ne!(page(&a, &other).etag(), x.etag());
+    }
+
+    #[test]
+    fn a_list_page_links_to_the_next_and_to_the_other_list() {
+        let store = storefront(true);
+        let current =
+            text(&store.list_page(ListKind::Current, &[goods(1, "one")], Some("YzE6Mzox")).unwrap())
+                .to_owned();
+        assert!(current.contains("<h1>Flash sales</h1>"), "{current}");
+        assert!(current.contains(r#"id="next-page" href="/?cursor=YzE6Mzox""#), "{current}");
+        assert!(current.contains(r#"id="ended-sales" href="/ended""#), "{current}");
+        let ended = text(&store.list_page(ListKind::Ended, &[], None).unwrap()).to_owned();
+        assert!(ended.contains("<h1>Ended sales</h1>") && ended.contains("No sale has ended yet"), "{ended}");
+        assert!(!ended.contains("next-page") && ended.contains(r#"id="current-sales" href="/""#), "{ended}");
     }
 
     #[test]

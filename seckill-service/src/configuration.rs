@@ -46,6 +46,13 @@ pub struct SeckillSettings {
     pub reconcile_after_secs: u64,
     /// How often the open sales are audited (Redis against the authorities), for the metrics.
     pub audit_interval_secs: u64,
+    /// How long after its end the reconciler still looks after a sale (reservations whose
+    /// message was never confirmed, transfers left half done), and after anything last
+    /// touched an ended one (a request, a restock of units from an order that expired or was
+    /// cancelled after the end, an operator's audit). Past it an ended sale costs nothing at
+    /// rest. Above `reconcile_after_secs`, so a reservation made in the sale's last second is
+    /// still published again if its confirm was lost.
+    pub ended_grace_secs: u64,
     /// A rebuild's pause between counting the requests waiting in the broker and reading the
     /// authorities: longer than an order consumer's batch, so that what the consumers held
     /// unacknowledged at the count has been claimed (and so counted) by then.
@@ -73,6 +80,7 @@ impl Default for SeckillSettings {
             reconcile_interval_secs: 5,
             reconcile_after_secs: 30,
             audit_interval_secs: 60,
+            ended_grace_secs: 300,
             rebuild_settle_ms: 2_000,
             max_in_flight: 1_024,
             batch_window_ms: 1,
@@ -92,6 +100,10 @@ impl SeckillSettings {
 
     pub fn batch_window(&self) -> Duration {
         Duration::from_millis(self.batch_window_ms)
+    }
+
+    pub fn ended_grace(&self) -> Duration {
+        Duration::from_secs(self.ended_grace_secs)
     }
 }
 
@@ -125,6 +137,12 @@ impl Settings {
                 "must exceed amqp.confirm_timeout_ms, or the reconciler could publish again a request still awaiting its confirm",
             ));
         }
+        if seckill.ended_grace_secs <= seckill.reconcile_after_secs {
+            return Err(ConfigError::at(
+                "seckill.ended_grace_secs",
+                "must exceed seckill.reconcile_after_secs, or a reservation made as a sale ends could be left unpublished",
+            ));
+        }
         Ok(())
     }
 }
@@ -153,6 +171,9 @@ mod tests {
             s.seckill.batch_max_requests = bad;
             assert!(s.validate().unwrap_err().to_string().contains("seckill.batch_max_requests"));
         }
+        let mut s = Settings::default();
+        s.seckill.ended_grace_secs = s.seckill.reconcile_after_secs;
+        assert!(s.validate().unwrap_err().to_string().contains("seckill.ended_grace_secs"));
         let mut s = Settings::default();
         s.seckill.batch_window_ms = MAX_BATCH_WINDOW_MS + 1;
         assert!(s.validate().unwrap_err().to_string().contains("seckill.batch_window_ms"));

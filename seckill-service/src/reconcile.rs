@@ -1,4 +1,6 @@
-//! The background upkeep of every sale this instance knows, ended ones included:
+//! The background upkeep of the sales this instance looks after: every sale not ended, and
+//! one that ended (or was last touched) less than `seckill.ended_grace_secs` ago
+//! (`SaleBook::watched`; their count is the `seckill_reconciler_sales_watched` gauge):
 //! - a reservation whose message the broker never confirmed (the process died between the
 //!   reserve script and the confirm, or the confirm was lost) is published again. Never given
 //!   back: a pending entry older than a timeout is no proof that its message is gone (consumer
@@ -38,7 +40,9 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
         if audit_now {
             last_audit = Instant::now();
         }
-        for sale in state.sales.all() {
+        let watched = state.sales.watched(state.settings.ended_grace());
+        metrics::gauge!("seckill_reconciler_sales_watched").set(watched.len() as f64);
+        for sale in watched {
             for at in sale.buckets() {
                 republish_unconfirmed(&state, at).await;
             }

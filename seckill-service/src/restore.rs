@@ -245,12 +245,13 @@ async fn waiting_requests(state: &AppState) -> Result<(u32, u32), ApiError> {
     state.publisher.queue_counts(&queues).await.map_err(|e| ApiError::unavailable("broker", e))
 }
 
-/// At start: every sale stock-service lists is cached; those not ended are loaded into Redis
-/// if they are missing there (a Redis that restarted with this service). A sale that cannot be
-/// loaded now (order-service still starting) loads on its first buyer's request.
+/// At start: the sales the upkeep looks after are cached (not the ones that ended before the
+/// grace period: see `sales`); those not ended are loaded into Redis if they are missing there
+/// (a Redis that restarted with this service). A sale that cannot be loaded now (order-service
+/// still starting) loads on its first buyer's request.
 pub async fn warm_up(state: &AppState) -> anyhow::Result<usize> {
     let mut loaded = 0;
-    for sale in state.sales.cache_all().await? {
+    for sale in state.sales.cache_watched(state.settings.ended_grace()).await? {
         if sale.window_now() == SaleWindow::Ended {
             continue;
         }

@@ -1,5 +1,12 @@
 //! The sales this instance knows: goods details cached in-process (they do not change during a
 //! sale), each with its sold-out flag. Loading a sale into Redis is `restore`'s.
+//!
+//! Which of them the background upkeep (`reconcile`) looks after: every sale not ended, and
+//! an ended one for `seckill.ended_grace_secs` after its end and after anything last touched
+//! it (a buyer's request or result poll, a restock of its units, an operator's audit or
+//! repair). Past that an ended sale costs nothing at rest: it leaves the book, and comes back
+//! to it (and under the reconciler's eye) with the next thing that touches it. A shop that has
+//! run thousands of sales pays for the few that are live or just ended, not for its history.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -9,6 +16,7 @@ use chrono::Utc;
 use dashmap::DashMap;
 use seckill_common::api::{Goods, SaleWindow};
 use seckill_common::keys::SaleBucket;
+use seckill_common::listing::StateSet;
 use seckill_common::{ErrorCode, GoodsId, UserId};
 use seckill_infra::stock_client::StockClient;
 use seckill_web::ApiError;
@@ -29,11 +37,37 @@ pub struct Sale {
     /// While the sale recovers from a loss of its Redis data: the broker was seen with no buy
     /// request waiting (the recovery ends at the second such look in a row; see `restore`).
     pub queue_seen_empty: AtomicBool,
+    /// When something last asked for the sale (Unix ms): an ended sale is looked after for the
+    /// grace period after this too.
+    touched_ms: AtomicI64,
 }
 
 impl Sale {
     fn new(goods: Goods) -> Self {
-        Self { goods, sold_out_until_ms: AtomicI64::new(0), queue_seen_empty: AtomicBool::new(false) }
+        Self {
+            goods,
+            sold_out_until_ms: AtomicI64::new(0),
+            queue_seen_empty: AtomicBool::new(false),
+            touched_ms: AtomicI64::new(now_ms()),
+        }
+    }
+
+    /// Something asked for the sale now. Written at most once a second: on the buy path every
+    /// request touches its sale, and a store per request would bounce the cache line between
+    /// the cores.
+    pub fn touch(&self, now_ms: i64) {
+        if now_ms - self.touched_ms.load(Ordering::Relaxed) >= 1_000 {
+            self.touched_ms.store(now_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the upkeep looks after the sale at `now_ms`: not ended, or ended or touched less
+    /// than `grace` ago.
+    pub fn watched(&self, now_ms: i64, grace: Duration) -> bool {
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let end_ms = self.goods.end_at.timestamp_millis();
+        let last = end_ms.max(self.touched_ms.load(Ordering::Relaxed));
+        now_ms < last.saturating_add(grace_ms)
     }
 
     pub fn id(&self) -> GoodsId {
@@ -103,8 +137,10 @@ impl SaleBook {
 
     /// The sale, from memory or, on a miss, from stock-service. Its Redis data is loaded by
     /// the first reserve that finds it missing (`restore::rebuild`).
+    /// The sale counts as touched (see [`Sale::watched`]).
     pub async fn get(&self, g: GoodsId) -> Result<Arc<Sale>, ApiError> {
         if let Some(sale) = self.sales.get(&g) {
+            sale.touch(now_ms());
             return Ok(sale.clone());
         }
         if self.unknown.contains(g) {
@@ -135,9 +171,15 @@ impl SaleBook {
         sale
     }
 
-    /// Every sale stock-service lists (ended ones too: the reconciler still looks at them).
-    pub async fn cache_all(&self) -> anyhow::Result<Vec<Arc<Sale>>> {
-        Ok(self.stock.list_goods().await?.into_iter().map(|goods| self.cache(goods)).collect())
+    /// At start: the sales the upkeep looks after, from stock-service (a page at a time):
+    /// every live and upcoming one, and those that ended less than `grace` ago (the ended are
+    /// listed latest first, so the walk stops at the first that ended before). The thousands
+    /// that ended long ago are not read.
+    pub async fn cache_watched(&self, grace: Duration) -> anyhow::Result<Vec<Arc<Sale>>> {
+        let current = self.stock.walk_goods(StateSet::CURRENT, |_| true).await?;
+        let since = Utc::now() - chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::MAX);
+        let ended = self.stock.walk_goods(StateSet::ENDED, |g| g.end_at > since).await?;
+        Ok(current.into_iter().chain(ended).map(|goods| self.cache(goods)).collect())
     }
 
     /// The sale if this instance knows it (no call to stock-service).
@@ -145,7 +187,11 @@ impl SaleBook {
         self.sales.get(&g).map(|s| s.clone())
     }
 
-    pub fn all(&self) -> Vec<Arc<Sale>> {
+    /// The sales the upkeep looks after now (see [`Sale::watched`]); the ended ones left alone
+    /// for `grace` leave the book (the next request for one reads it again).
+    pub fn watched(&self, grace: Duration) -> Vec<Arc<Sale>> {
+        let now = now_ms();
+        self.sales.retain(|_, sale| sale.watched(now, grace));
         self.sales.iter().map(|e| e.value().clone()).collect()
     }
 }

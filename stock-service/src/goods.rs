@@ -1,4 +1,5 @@
-//! Goods rows: reading, listing and creating sales; the list's short-lived cache.
+//! Goods rows: reading, listing (by state, a page at a time) and creating sales; the first
+//! pages' short-lived cache.
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -6,9 +7,13 @@ use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
+use diesel::dsl::sql;
+use diesel::pg::Pg;
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use seckill_common::api::{Goods, MAX_BUCKETS, ValidGoods};
+use seckill_common::listing::{DEFAULT_PAGE, GoodsQuery, GoodsState, ListOrder, StateSet};
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
@@ -46,19 +51,55 @@ fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
     })
 }
 
-/// At most this many goods are listed; a flash-sale shop runs a handful at a time.
-pub const LIST_LIMIT: i64 = 1_000;
+/// One page of `GET /api/goods` (see `seckill_common::listing`) as of `now`, and whether
+/// another follows it. One range scan of an index (`goods_by_start` or `goods_by_end`), however
+/// many sales the shop has run.
+pub async fn list_page(
+    conn: &mut AsyncPgConnection,
+    query: &GoodsQuery,
+    now: DateTime<Utc>,
+) -> QueryResult<(Vec<Goods>, bool)> {
+    let order = query.states.order();
+    let mut q = goods::table.select(goods::all_columns).filter(in_states(query.states, now)).into_boxed();
+    if let Some(after) = &query.after {
+        let (at, id) = after.key();
+        // A row comparison, which PostgreSQL answers from the index: strictly past the key.
+        let past = match order {
+            ListOrder::StartAsc => "(start_at, id) > (",
+            ListOrder::EndDesc => "(end_at, id) < (",
+        };
+        q = q.filter(sql::<Bool>(past).bind::<Timestamptz, _>(at).sql(", ").bind::<BigInt, _>(id).sql(")"));
+    }
+    q = match order {
+        ListOrder::StartAsc => q.order((goods::start_at.asc(), goods::id.asc())),
+        ListOrder::EndDesc => q.order((goods::end_at.desc(), goods::id.desc())),
+    };
+    // One more than the page: whether another page follows, without a cursor to an empty one.
+    let mut rows = q.limit(i64::from(query.limit) + 1).load::<GoodsRow>(conn).await?;
+    let more = rows.len() > query.limit as usize;
+    rows.truncate(query.limit as usize);
+    Ok((rows.into_iter().map(to_goods).collect::<QueryResult<_>>()?, more))
+}
 
-pub async fn list(conn: &mut AsyncPgConnection) -> QueryResult<Vec<Goods>> {
-    goods::table
-        .select(goods::all_columns)
-        .order(goods::id.desc())
-        .limit(LIST_LIMIT)
-        .load::<GoodsRow>(conn)
-        .await?
-        .into_iter()
-        .map(to_goods)
-        .collect()
+type GoodsPredicate = Box<dyn BoxableExpression<goods::table, Pg, SqlType = Bool>>;
+
+/// The rows in any of `states` at `now` (a sale is open from `start_at` up to, not including,
+/// `end_at`, as `Goods::window_at` says).
+fn in_states(states: StateSet, now: DateTime<Utc>) -> GoodsPredicate {
+    let one = |s: GoodsState| -> GoodsPredicate {
+        match s {
+            GoodsState::Upcoming => Box::new(goods::start_at.gt(now)),
+            GoodsState::Live => Box::new(goods::start_at.le(now).and(goods::end_at.gt(now))),
+            GoodsState::Ended => Box::new(goods::end_at.le(now)),
+        }
+    };
+    // The default listing in one range condition, which the `goods_by_end` index answers.
+    if states == StateSet::CURRENT {
+        return Box::new(goods::end_at.gt(now));
+    }
+    let mut chosen = GoodsState::ALL.into_iter().filter(|s| states.contains(*s)).map(one);
+    let first = chosen.next().unwrap_or_else(|| Box::new(diesel::dsl::sql::<Bool>("TRUE")));
+    chosen.fold(first, |acc, p| Box::new(acc.or(p)))
 }
 
 pub async fn find(conn: &mut AsyncPgConnection, id: GoodsId) -> QueryResult<Option<Goods>> {
@@ -97,37 +138,67 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &ValidGoods) -> QueryResu
 /// How long `GET /api/goods` answers from memory before asking PostgreSQL again.
 pub const LIST_CACHE_TTL: Duration = Duration::from_secs(1);
 
-/// `GET /api/goods`'s answer (its JSON), kept for a short while: during a spike every buyer's
-/// page asks for the list, and each ask would otherwise be a query. So `stock_available` in the
-/// list may be up to the TTL behind; `GET /api/goods/{id}` is not cached, because buyers and
+/// A page of the list as answered: the JSON array and the cursor to the next page, if any.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub body: Bytes,
+    pub next: Option<String>,
+}
+
+/// The cached first pages, one per set of states at the default page size: at most
+/// `StateSet::COUNT` lists in memory, whatever the callers ask (a page past the first, or
+/// of another size, is a query of its own: one indexed range scan).
+pub struct FirstPages {
+    lists: [ListCache; StateSet::COUNT],
+}
+
+impl FirstPages {
+    pub fn new(ttl: Duration) -> Self {
+        Self { lists: std::array::from_fn(|_| ListCache::new(ttl)) }
+    }
+
+    /// The cache for `query`, if it asks for a first page at the default size.
+    pub fn cache_for(&self, query: &GoodsQuery) -> Option<&ListCache> {
+        (query.after.is_none() && query.limit == DEFAULT_PAGE).then(|| &self.lists[query.states.index()])
+    }
+
+    /// Forgets every list (a sale was created).
+    pub fn invalidate(&self) {
+        self.lists.iter().for_each(ListCache::invalidate);
+    }
+}
+
+/// A first page of `GET /api/goods` (its JSON and its cursor to the next), kept for a short
+/// while: during a spike every buyer's page asks for the list, and each ask would otherwise be
+/// a query. So `stock_available` in the list may be up to the TTL behind; `GET /api/goods/{id}` is not cached, because buyers and
 /// checks read a sale's stock there right after it changed. Goods this process creates are
 /// listed at once ([`ListCache::invalidate`]); goods another replica creates, within the TTL.
-pub struct ListCache {
+pub struct ListCache<T = ListPage> {
     ttl: Duration,
-    state: Mutex<ListState>,
+    state: Mutex<ListState<T>>,
     /// One refill at a time; callers arriving meanwhile wait and take its list.
     refill: tokio::sync::Mutex<()>,
 }
 
-#[derive(Default)]
-struct ListState {
+struct ListState<T> {
     /// Bumped by every `invalidate`: a refill that began before one must not store its list.
     generation: u64,
-    list: Option<(Instant, Bytes)>,
+    list: Option<(Instant, T)>,
     /// The last refill, if it failed: when it ended and what its caller was told.
     failed: Option<(Instant, ErrorCode, String)>,
 }
 
-impl ListCache {
+impl<T: Clone> ListCache<T> {
     pub fn new(ttl: Duration) -> Self {
-        Self { ttl, state: Mutex::new(ListState::default()), refill: tokio::sync::Mutex::new(()) }
+        let state = ListState { generation: 0, list: None, failed: None };
+        Self { ttl, state: Mutex::new(state), refill: tokio::sync::Mutex::new(()) }
     }
 
     /// The list from memory while it is fresh, else from `refill`.
-    pub async fn get_or_refill<F, Fut>(&self, refill: F) -> Result<Bytes, ApiError>
+    pub async fn get_or_refill<F, Fut>(&self, refill: F) -> Result<T, ApiError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Bytes, ApiError>>,
+        Fut: Future<Output = Result<T, ApiError>>,
     {
         let asked = Instant::now();
         if let Some(list) = self.fresh() {
@@ -175,14 +246,14 @@ impl ListCache {
         state.list = None;
     }
 
-    fn fresh(&self) -> Option<Bytes> {
+    fn fresh(&self) -> Option<T> {
         match &self.state().list {
             Some((at, list)) if at.elapsed() < self.ttl => Some(list.clone()),
             _ => None,
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, ListState> {
+    fn state(&self) -> MutexGuard<'_, ListState<T>> {
         // Nothing in the state can be left half-written: a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -202,11 +273,11 @@ mod tests {
     use super::ListCache;
 
     /// A cache and a refill that counts its calls and answers the count.
-    fn counted(ttl: Duration) -> (Arc<ListCache>, Arc<AtomicUsize>) {
+    fn counted(ttl: Duration) -> (Arc<ListCache<Bytes>>, Arc<AtomicUsize>) {
         (Arc::new(ListCache::new(ttl)), Arc::new(AtomicUsize::new(0)))
     }
 
-    async fn get(cache: &ListCache, calls: &AtomicUsize) -> Result<Bytes, ApiError> {
+    async fn get(cache: &ListCache<Bytes>, calls: &AtomicUsize) -> Result<Bytes, ApiError> {
         cache
             .get_or_refill(|| async {
                 let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -228,7 +299,7 @@ mod tests {
     async fn slow_refills(
         callers: usize,
         answer: fn() -> Result<Bytes, ApiError>,
-    ) -> (Vec<Result<Bytes, ApiError>>, Arc<ListCache>, Arc<AtomicUsize>) {
+    ) -> (Vec<Result<Bytes, ApiError>>, Arc<ListCache<Bytes>>, Arc<AtomicUsize>) {
         let (cache, calls) = counted(Duration::from_secs(60));
         let tasks: Vec<_> = (0..callers)
             .map(|_| {

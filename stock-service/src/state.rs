@@ -2,18 +2,18 @@
 
 use seckill_db::{Database, PgPool};
 
-use crate::goods::{LIST_CACHE_TTL, ListCache};
+use crate::goods::{FirstPages, LIST_CACHE_TTL};
 
 pub struct AppState {
     pub pool: PgPool,
     /// For `/readyz`: migrated yet, and answering.
     pub database: Database,
-    /// `GET /api/goods`'s answer, kept for [`LIST_CACHE_TTL`].
-    pub goods_list: ListCache,
+    /// `GET /api/goods`'s first pages, kept for [`LIST_CACHE_TTL`].
+    pub goods_lists: FirstPages,
 }
 
 impl AppState {
     pub fn new(database: Database) -> Self {
-        Self { pool: database.pool().clone(), database, goods_list: ListCache::new(LIST_CACHE_TTL) }
+        Self { pool: database.pool().clone(), database, goods_lists: FirstPages::new(LIST_CACHE_TTL) }
     }
 }

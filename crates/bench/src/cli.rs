@@ -97,6 +97,10 @@ pub enum Command {
     /// (kill -9, SIGTERM, a server restarted or flushed), then checks that nothing was lost.
     /// Exits 3 when a case broke an invariant.
     Faults(FaultsArgs),
+    /// What a shop's history costs at rest: per count of ended sales (100 and 10,000 by
+    /// default), a fresh system of the four release binaries under names of its own, that many
+    /// ended sales and a few live ones; each service's CPU over a minute of nothing happening.
+    Idle(crate::idle::IdleArgs),
 }
 
 /// Where the report goes, and which processes to watch.
@@ -749,6 +753,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Faults(a) => run_faults(a).await,
+        Command::Idle(a) => crate::idle::run(&a).await.map(|_| ExitCode::SUCCESS),
         Command::Markdown(a) => {
             markdown::write(&a.dir, &a.out)?;
             let c = markdown::Collected::read(&a.dir)?;

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod faults;
 pub mod gate_load;
+pub mod idle;
 pub mod invariants;
 pub mod machine;
 pub mod markdown;

@@ -11,6 +11,7 @@ pub mod error;
 pub mod headers;
 pub mod ids;
 pub mod keys;
+pub mod listing;
 pub mod ready;
 pub mod sale;
 pub mod scripts;

@@ -68,7 +68,10 @@ async fn every_answer_matches_the_document_and_none_is_a_5xx() {
             run.summary()
         );
         let tested = run.tested();
-        if !run.passed || tested != Some(operations) {
+        // Every operation, the document's own route aside: schemathesis reads the document
+        // there, and whether it also counts that route as tested has changed with what the
+        // document holds (it does since `GET /api/goods` and the list pages take parameters).
+        if !run.passed || !tested.is_some_and(|t| t == operations || t == operations + 1) {
             eprintln!("{}", run.output);
             failed.push(format!(
                 "as the {}: exit {:?}, tested {tested:?} of {operations} operations",
@@ -87,10 +90,11 @@ async fn every_answer_matches_the_document_and_none_is_a_5xx() {
 /// renders from it: a request that crashed a worker on such data is only seen by schemathesis if
 /// it came after the data, which depends on the order the two runs went.
 async fn pages_still_render(sys: &System, admin: &str) {
-    let (status, goods) = sys.get("/api/goods", None).await;
+    // Every state: the runs create sales that ended long ago too (a page holds what they make).
+    let (status, goods) = sys.get("/api/goods?state=upcoming,live,ended&limit=200", None).await;
     assert_eq!(status, 200, "{goods}");
     let ids: Vec<i64> = goods.as_array().expect("a list").iter().filter_map(|g| g["id"].as_i64()).collect();
-    let mut paths = vec!["/".to_owned()];
+    let mut paths = vec!["/".to_owned(), "/ended".to_owned()];
     paths.extend(ids.iter().map(|id| format!("/sales/{id}")));
     for path in &paths {
         let res = sys.http.get(sys.url(path)).send().await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
@@ -153,7 +157,7 @@ async fn seed_data(sys: &System) -> (String, String) {
 }
 
 /// How many operations a run must test: all the document has but `GET /api/openapi.json`,
-/// which schemathesis leaves out as the route it reads the document from.
+/// the route schemathesis reads the document from (tested or not: see the check above).
 async fn documented_operations(sys: &System) -> usize {
     let (status, doc) = sys.get("/api/openapi.json", None).await;
     assert_eq!(status, 200);

@@ -10,6 +10,7 @@ use seckill_common::api::{
     HeldResponse, NewGoods, ReleaseRequest, ReleaseResponse,
 };
 use seckill_common::config::UpstreamSettings;
+use seckill_common::listing::{GoodsQuery, MAX_PAGE, StateSet};
 use seckill_common::trust::{Peer, Trust};
 
 use crate::upstream::Upstream;
@@ -41,8 +42,38 @@ impl StockClient {
         }
     }
 
-    pub async fn list_goods(&self) -> Result<Vec<Goods>, StockError> {
-        self.upstream.retried::<(), _>(Method::GET, "/api/goods", None).await
+    /// One page of `GET /api/goods`.
+    pub async fn goods_page(&self, query: &GoodsQuery) -> Result<Vec<Goods>, StockError> {
+        let path = format!("/api/goods?{}", query.to_query_string());
+        self.upstream.retried::<(), _>(Method::GET, &path, None).await
+    }
+
+    /// The sales in `states`, page after page in the listing's order, up to the first that
+    /// `wanted` refuses (the ended ones come latest first: the walk stops where the ones of
+    /// interest end). A full page is followed by another, so the walk asks once more than
+    /// there are full pages.
+    pub async fn walk_goods(
+        &self,
+        states: StateSet,
+        wanted: impl Fn(&Goods) -> bool,
+    ) -> Result<Vec<Goods>, StockError> {
+        let mut query = GoodsQuery { limit: MAX_PAGE, ..GoodsQuery::first(states) };
+        let mut all = Vec::new();
+        loop {
+            let page = self.goods_page(&query).await?;
+            let full = page.len() == query.limit as usize;
+            let next = page.last().map(|last| query.next(last));
+            for goods in page {
+                if !wanted(&goods) {
+                    return Ok(all);
+                }
+                all.push(goods);
+            }
+            match next {
+                Some(next) if full => query = next,
+                _ => return Ok(all),
+            }
+        }
     }
 
     /// Creates a sale (seckill-service checked that an admin asked). Not idempotent, so not

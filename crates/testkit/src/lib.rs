@@ -93,6 +93,37 @@ impl Drop for TestDb {
     }
 }
 
+/// Puts `n` sales that ended long ago straight into a stock database (already migrated), in
+/// one statement: a shop that has run sales for years, in a second. Sale `k` (1 to `n`) is
+/// named `ended k`, started `k` minutes more than two days ago and ended a day after its start;
+/// every third shares its times with the next two, so a listing must break ties by id.
+pub async fn insert_ended_sales(db: &TestDb, n: u32) {
+    insert_ended_sales_at(db.url().to_owned(), n).await;
+}
+
+/// As [`insert_ended_sales`], from a test's synchronous set-up (before the services start).
+pub fn insert_ended_sales_blocking(db: &TestDb, n: u32) {
+    let url = db.url().to_owned();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        rt.block_on(insert_ended_sales_at(url, n));
+    })
+    .join()
+    .expect("the ended sales were inserted");
+}
+
+async fn insert_ended_sales_at(url: String, n: u32) {
+    let sql = format!(
+        "INSERT INTO goods (name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at) \
+         SELECT 'ended ' || k, 1000, 500, 10, 10, now() - interval '2 days' - (k / 3) * interval '1 minute', \
+                now() - interval '1 day' - (k / 3) * interval '1 minute' \
+         FROM generate_series(1, {n}) AS k"
+    );
+    let mut conn =
+        AsyncPgConnection::establish(&url).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    diesel::sql_query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("insert {n} ended sales: {e}"));
+}
+
 /// Deletes this test's Redis keys and AMQP queues and exchanges when dropped.
 pub struct TestNames {
     pub redis_prefix: String,

@@ -12,6 +12,7 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use gateway::configuration::Settings;
 use seckill_common::api::{Goods, NewGoods, SaleState};
+use seckill_common::listing::{GoodsQuery, GoodsState, RawGoodsQuery};
 use seckill_common::trust::Peer;
 use seckill_common::{ErrorBody, GoodsId};
 use seckill_testkit::{RunningService, keys, unique_tag};
@@ -71,12 +72,22 @@ fn not_found() -> HttpResponse {
     HttpResponse::NotFound().json(json!({"code": "GOODS_NOT_FOUND", "message": "no such sale"}))
 }
 
-async fn stock_list(shop: web::Data<Shop>) -> HttpResponse {
+/// One page holds them all; the states asked are honoured (`state=ended` lists the ended ones).
+async fn stock_list(shop: web::Data<Shop>, query: web::Query<RawGoodsQuery>) -> HttpResponse {
     shop.stock_calls.fetch_add(1, Ordering::SeqCst);
     if shop.stock_down.load(Ordering::SeqCst) {
         return HttpResponse::ServiceUnavailable().json(json!({"code": "UNAVAILABLE", "message": "down"}));
     }
-    let goods = shop.goods.lock().unwrap().clone();
+    let states = GoodsQuery::parse(&query).unwrap().states;
+    let now = Utc::now();
+    let goods: Vec<Goods> = shop
+        .goods
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|g| states.contains(GoodsState::of(g.window_at(now))))
+        .cloned()
+        .collect();
     HttpResponse::Ok().json(goods)
 }
 
@@ -396,12 +407,14 @@ async fn only_an_admin_renders_the_pages_now() {
 
     let res = app.post("/api/admin/storefront/render").bearer_auth(admin_token(1)).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    assert_eq!(res.json::<Value>().await.unwrap(), json!({"pages": 3}));
-    assert_eq!(shop.stock_calls(), 1, "one call for every page");
+    // Both lists (live and upcoming; ended) and each sale's page.
+    assert_eq!(res.json::<Value>().await.unwrap(), json!({"pages": 4}));
+    assert_eq!(shop.stock_calls(), 2, "one call for each list, none for a sale's page");
     // Rendered and kept: served with no call.
     assert_eq!(page(&app, "/sales/2").await.0, 200);
     assert_eq!(page(&app, "/").await.0, 200);
-    assert_eq!(shop.stock_calls(), 1);
+    assert_eq!(page(&app, "/ended").await.0, 200);
+    assert_eq!(shop.stock_calls(), 2);
 
     shop.stock_down.store(true, Ordering::SeqCst);
     let res = app.post("/api/admin/storefront/render").bearer_auth(admin_token(1)).send().await.unwrap();
@@ -439,6 +452,8 @@ async fn with_a_dir_the_pages_and_assets_are_written_as_served() {
     assert_eq!(std::fs::read(dir.0.join(format!("sales/{}.html", g.id))).unwrap(), served);
     let served = app.get("/").send().await.unwrap().bytes().await.unwrap();
     assert_eq!(std::fs::read(dir.0.join("index.html")).unwrap(), served);
+    let served = app.get("/ended").send().await.unwrap().bytes().await.unwrap();
+    assert_eq!(std::fs::read(dir.0.join("ended.html")).unwrap(), served);
     // Whole files only: no temporary one left behind.
     let leftovers: Vec<_> = std::fs::read_dir(dir.0.join("sales"))
         .unwrap()

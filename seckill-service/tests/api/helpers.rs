@@ -42,16 +42,22 @@ pub fn spawn_app() -> TestApp {
 /// internal API, on this test's own Redis prefix and queue names; `configure` adjusts its
 /// settings first.
 pub fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
-    spawn(configure, true)
+    spawn(|_| {}, configure, true)
 }
 
 /// As [`spawn_app_with`], returning as soon as seckill-service serves, ready or not (its
 /// servers may be away); stock-service is started ready.
 pub fn spawn_unready_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
-    spawn(configure, false)
+    spawn(|_| {}, configure, false)
 }
 
-fn spawn(configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
+/// As [`spawn_app_with`], with `seed` run against stock-service's database (created and
+/// migrated) before seckill-service starts: what its start-up finds there.
+pub fn spawn_app_seeded(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn(seed, configure, true)
+}
+
+fn spawn(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
     let mut names = TestNames::new();
     let amqp = AmqpSettings {
         url: amqp_url(),
@@ -77,6 +83,7 @@ fn spawn(configure: impl FnOnce(&mut Settings), until_ready: bool) -> TestApp {
         ..Default::default()
     };
     let stock = RunningService::start(move || stock_service::startup::build(s));
+    seed(&stock_db);
     let orders = FakeOrders::start();
 
     let mut settings = Settings {

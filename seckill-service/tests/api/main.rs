@@ -4,6 +4,7 @@
 mod batch;
 mod buckets;
 mod buy;
+mod ended;
 mod helpers;
 mod identity;
 mod read_bounds;

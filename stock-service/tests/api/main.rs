@@ -3,6 +3,7 @@
 mod goods;
 mod helpers;
 mod ledger;
+mod listing;
 mod outage;
 mod read_bounds;
 mod releases;

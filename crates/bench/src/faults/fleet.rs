@@ -49,6 +49,20 @@ pub struct Backends {
     pub pg_url: String,
     pub redis_url: String,
     pub amqp_url: String,
+    /// Names of the fleet's own on shared servers (`seckill-bench idle`): databases
+    /// `<prefix>_stock` and `<prefix>_order`, Redis keys under `<prefix>:`, queues under
+    /// `<prefix>.`. None: the standard names, on the fault suite's private servers.
+    pub prefix: Option<String>,
+}
+
+impl Backends {
+    /// The database `svc` keeps its data in (`stock` or `order`).
+    pub fn database(&self, kind: &str) -> String {
+        match &self.prefix {
+            Some(p) => format!("{p}_{kind}"),
+            None => format!("seckill_{kind}"),
+        }
+    }
 }
 
 /// The settings every service gets beyond its addresses: short timings, so a recovery shows
@@ -199,13 +213,22 @@ impl Fleet {
                 set("SECKILL__AMQP__URL", b.amqp_url.clone());
             }
             Svc::Order => {
-                set("SECKILL__DATABASE__URL", format!("{}/seckill_order", b.pg_url));
+                set("SECKILL__DATABASE__URL", format!("{}/{}", b.pg_url, b.database("order")));
                 set("SECKILL__REDIS__URL", b.redis_url.clone());
                 set("SECKILL__AMQP__URL", b.amqp_url.clone());
             }
             Svc::Stock => {
-                set("SECKILL__DATABASE__URL", format!("{}/seckill_stock", b.pg_url));
+                set("SECKILL__DATABASE__URL", format!("{}/{}", b.pg_url, b.database("stock")));
                 set("SECKILL__AMQP__URL", b.amqp_url.clone());
+            }
+        }
+        if let Some(p) = &b.prefix {
+            // Each only where it has the section: stock-service no Redis, the gateway no broker.
+            if svc != Svc::Stock {
+                env.push(("SECKILL__REDIS__KEY_PREFIX".into(), format!("{p}:")));
+            }
+            if svc != Svc::Gateway {
+                env.push(("SECKILL__AMQP__PREFIX".into(), format!("{p}.")));
             }
         }
         // Every service with an `upstreams` section gets all three private lists, whichever it
@@ -241,6 +264,11 @@ impl Fleet {
     /// replica directly).
     pub fn link_key(&self, from: Peer, to: Peer) -> String {
         format!("faults-{}-{from}-to-{to}", self.key_seed)
+    }
+
+    /// The unit's process id, while the fleet runs it.
+    pub fn pid(&self, unit: Unit) -> Option<u32> {
+        self.children.get(&unit).and_then(|r| r.child.id())
     }
 
     /// Is the process alive (not exited)?
@@ -496,6 +524,7 @@ mod tests {
                 pg_url: "postgres://p@127.0.0.1:25432".into(),
                 redis_url: "redis://127.0.0.1:26379".into(),
                 amqp_url: "amqp://g:g@127.0.0.1:26672/%2f".into(),
+                prefix: None,
             },
             replicas: 1,
             children: BTreeMap::new(),

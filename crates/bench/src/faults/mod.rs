@@ -184,6 +184,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
             pg_url: cfg.pg_url.clone(),
             redis_url: cfg.redis_url.clone(),
             amqp_url: cfg.amqp_url.clone(),
+            prefix: None,
         },
     )?;
     let servers = Servers { ctl: cfg.server_ctl.clone(), psql: cfg.psql.clone(), pg_url: cfg.pg_url.clone() };

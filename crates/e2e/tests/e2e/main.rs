@@ -6,6 +6,7 @@ mod buckets;
 mod cluster;
 mod flash_sale;
 mod forwarded_headers;
+mod history;
 /// The harness, under the name the tests use.
 mod helpers {
     pub use seckill_e2e::*;

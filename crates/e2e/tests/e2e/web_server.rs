@@ -144,7 +144,7 @@ async fn nginx_serves_the_pages_from_the_files_and_passes_the_rest_to_the_gatewa
     assert_eq!(std::fs::read(&sale_file).expect("the gateway wrote the page"), served);
 
     // From then on nginx serves the file, with the gateway's own headers for it.
-    for path in ["/".to_owned(), format!("/sales/{}", sale.id), "/admin".to_owned()] {
+    for path in ["/".to_owned(), "/ended".to_owned(), format!("/sales/{}", sale.id), "/admin".to_owned()] {
         let direct = http.get(format!("{gateway}{path}")).send().await.unwrap();
         let front = http.get(format!("{}{path}", nginx.url())).send().await.unwrap();
         assert_eq!(front.status(), StatusCode::OK, "{path}");
@@ -158,6 +158,12 @@ async fn nginx_serves_the_pages_from_the_files_and_passes_the_rest_to_the_gatewa
         let again =
             http.get(format!("{}{path}", nginx.url())).header(IF_NONE_MATCH, etag).send().await.unwrap();
         assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{path}: a browser's copy is still good");
+    }
+    // A list's later page is the gateway's, never the first page's file: a cursor the shop
+    // never gave is its 404 page, where the file would have been a 200.
+    for path in ["/?cursor=bm9wZQ", "/ended?cursor=bm9wZQ"] {
+        let front = http.get(format!("{}{path}", nginx.url())).send().await.unwrap();
+        assert_eq!(front.status(), StatusCode::NOT_FOUND, "{path}");
     }
     for asset in ["/static/store.js", "/static/store.css", "/static/admin.js"] {
         let direct = http.get(format!("{gateway}{asset}")).send().await.unwrap();

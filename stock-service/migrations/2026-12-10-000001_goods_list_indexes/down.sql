@@ -1,0 +1,2 @@
+DROP INDEX goods_by_end;
+DROP INDEX goods_by_start;
