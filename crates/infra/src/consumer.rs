@@ -294,11 +294,22 @@ where
 {
     let mut pauses = ready::backoff();
     loop {
-        match consume(&settings, &spec, &cancel, &handle).await {
+        let mut consuming = false;
+        match consume(&settings, &spec, &cancel, &handle, &mut consuming).await {
             Ok(()) => return,
             Err(e) => {
+                // Losing a connection that consumed is news (ERROR, and the pauses start short
+                // again); each further try that does not get as far is the same outage going on
+                // (WARN), not a new error every few seconds for as long as the broker is away.
+                if consuming {
+                    pauses = ready::backoff();
+                }
                 let backoff = pauses.next().unwrap_or(ready::RETRY_MAX);
-                tracing::error!(consumer = %spec.name, error = format!("{e:#}"), ?backoff, "consumer lost its connection; reconnecting");
+                if consuming {
+                    tracing::error!(consumer = %spec.name, error = format!("{e:#}"), ?backoff, "consumer lost its connection; reconnecting");
+                } else {
+                    tracing::warn!(consumer = %spec.name, error = format!("{e:#}"), ?backoff, "consumer cannot reach the broker yet; trying again");
+                }
                 metrics::counter!("amqp_consumer_reconnects_total", "consumer" => spec.name.clone())
                     .increment(1);
                 tokio::select! {
@@ -315,6 +326,7 @@ async fn consume<F, Fut>(
     spec: &ConsumerSpec,
     cancel: &CancellationToken,
     handle: &F,
+    consuming: &mut bool,
 ) -> anyhow::Result<()>
 where
     F: Fn(Inbox) -> Fut,
@@ -363,6 +375,7 @@ where
         )
         .await?;
     tracing::info!(consumer = %spec.name, %queue, "consuming");
+    *consuming = true;
     // Whatever the broker has ready, up to a batch: big batches under load, single messages
     // (no added latency) when it is quiet.
     let mut batches = consumer.ready_chunks(spec.batch_size.max(1));
