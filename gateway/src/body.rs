@@ -9,13 +9,12 @@
 
 use actix_web::HttpRequest;
 use actix_web::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use actix_web::web::{Bytes, BytesMut, Payload};
-use futures_util::StreamExt;
+use actix_web::web::{Bytes, Payload};
 use seckill_common::ErrorCode;
 use seckill_web::ApiError;
 
 /// The whole body, or 413 once it grows past `limit` bytes.
-pub async fn read_limited(req: &HttpRequest, mut payload: Payload, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read_limited(req: &HttpRequest, payload: Payload, limit: usize) -> Result<Bytes, ApiError> {
     let headers = req.headers();
     let declared =
         headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
@@ -30,32 +29,7 @@ pub async fn read_limited(req: &HttpRequest, mut payload: Payload, limit: usize)
         return Err(too_large(limit));
     }
 
-    // Most bodies arrive as one chunk: keep it as is and copy only when a second one comes.
-    let mut first: Option<Bytes> = None;
-    let mut rest: Option<BytesMut> = None;
-    let mut total = 0usize;
-    while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::invalid(format!("the request body could not be read: {e}")))?;
-        total += chunk.len();
-        if total > limit {
-            return Err(too_large(limit));
-        }
-        match (&mut rest, &first) {
-            (Some(buf), _) => buf.extend_from_slice(&chunk),
-            (None, None) => first = Some(chunk),
-            (None, Some(head)) => {
-                let mut buf = BytesMut::with_capacity(declared.unwrap_or(total).max(total));
-                buf.extend_from_slice(head);
-                buf.extend_from_slice(&chunk);
-                rest = Some(buf);
-            }
-        }
-    }
-    Ok(match rest {
-        Some(buf) => buf.freeze(),
-        None => first.unwrap_or_default(),
-    })
+    seckill_web::read_bound::read(payload.into_inner(), limit, declared).await
 }
 
 fn too_large(limit: usize) -> ApiError {

@@ -113,8 +113,9 @@ async fn bounded(
     next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
-/// The whole body, or why not: past `limit` bytes, or broken off.
-async fn read(mut payload: Payload, limit: usize, length: Option<usize>) -> Result<Bytes, ApiError> {
+/// The whole body, or why not: past `limit` bytes (413 `PAYLOAD_TOO_LARGE`), or broken off
+/// (400). `length` is the declared one, if any: the buffer's size when the body comes in pieces.
+pub async fn read(mut payload: Payload, limit: usize, length: Option<usize>) -> Result<Bytes, ApiError> {
     // Most bodies arrive as one chunk: keep it as is and copy only when a second one comes.
     let mut first: Option<Bytes> = None;
     let mut rest: Option<BytesMut> = None;
