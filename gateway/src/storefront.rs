@@ -21,6 +21,7 @@
 //! by the gateway itself while it remembers seckill-service calling the sale sold out.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -342,6 +343,16 @@ pub struct Storefront {
     admin: Rendered,
     not_found: Arc<Rendered>,
     unavailable: Arc<Rendered>,
+    /// Numbers every render in the order it starts reading stock-service.
+    renders: AtomicU64,
+    /// A list rendered from a read numbered below this started before the latest sale was
+    /// created: it lacks that sale, so it is neither kept nor written (a render of every page,
+    /// begun before the creation and ending after it, would otherwise put the list without
+    /// the new sale back, in memory and in its file, for a whole `refresh_secs`).
+    lists_valid_from: AtomicU64,
+    /// Held while a list is checked against [`Self::lists_valid_from`], kept and written, so a
+    /// list found current cannot land after a newer one.
+    list_writes: tokio::sync::Mutex<()>,
 }
 
 impl Storefront {
@@ -402,6 +413,9 @@ impl Storefront {
             admin,
             not_found: Arc::new(not_found),
             unavailable: Arc::new(unavailable),
+            renders: AtomicU64::new(0),
+            lists_valid_from: AtomicU64::new(0),
+            list_writes: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -489,6 +503,7 @@ impl Storefront {
         slot: &Arc<Slot>,
         last: &mut Option<(Instant, Arc<Rendered>)>,
     ) -> Arc<Rendered> {
+        let read = self.renders.fetch_add(1, Ordering::SeqCst);
         let outcome = self.render(proxy, key).await;
         let name = match key {
             PageKey::List(_) => "list",
@@ -503,9 +518,14 @@ impl Storefront {
             .increment(1);
         let answer = match outcome {
             Outcome::Page(page) => {
+                let _writing = match key {
+                    PageKey::List(_) => Some(self.list_writes.lock().await),
+                    PageKey::Sale(_) => None,
+                };
                 // A slot dropped meanwhile (a sale was created) holds a page older than the
                 // one the next request renders: it must not overwrite that one's file.
-                let current = self.pages.get(&key).is_some_and(|s| Arc::ptr_eq(&s, slot));
+                let current =
+                    self.pages.get(&key).is_some_and(|s| Arc::ptr_eq(&s, slot)) && self.is_current(key, read);
                 if slot.keep(page.clone(), Instant::now() + self.refresh) && current {
                     self.write_logged(&key.file(), &page.body).await;
                 }
@@ -563,6 +583,7 @@ impl Storefront {
     /// set. The number of pages. A sale that ended before those is left as it was last
     /// written: thousands of past sales cost nothing here.
     pub async fn render_all(&self, proxy: &Proxy) -> Result<usize, ApiError> {
+        let read = self.renders.fetch_add(1, Ordering::SeqCst);
         let unread = |e: ApiError| {
             ApiError::new(ErrorCode::UpstreamUnavailable, "the sales could not be read; no page was rendered")
                 .with_cause(anyhow::anyhow!("{e}"))
@@ -593,6 +614,13 @@ impl Storefront {
         let pages = rendered.len();
         let fresh_until = Instant::now() + self.refresh;
         for (key, page) in rendered {
+            let _writing = match key {
+                PageKey::List(_) => Some(self.list_writes.lock().await),
+                PageKey::Sale(_) => None,
+            };
+            if !self.is_current(key, read) {
+                continue;
+            }
             let page = Arc::new(page);
             self.slot(key).keep(page.clone(), fresh_until);
             self.write(&key.file(), &page.body).await.map_err(ApiError::internal)?;
@@ -607,12 +635,26 @@ impl Storefront {
     /// now, for the files' readers).
     pub fn sale_created(gateway: &web::Data<Gateway>) {
         let key = PageKey::List(ListKind::Current);
-        gateway.storefront.pages.remove(&key);
+        let storefront = &gateway.storefront;
+        // Every render numbered so far read the sales before this one existed.
+        storefront
+            .lists_valid_from
+            .store(storefront.renders.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        storefront.pages.remove(&key);
         if gateway.storefront.dir.is_some() {
             let gateway = gateway.clone();
             actix_web::rt::spawn(async move {
                 gateway.storefront.page(&gateway.proxy, key).await;
             });
+        }
+    }
+
+    /// Whether a page rendered from the read numbered `read` may be kept and written: a list
+    /// read before the latest sale was created may not.
+    fn is_current(&self, key: PageKey, read: u64) -> bool {
+        match key {
+            PageKey::List(_) => read >= self.lists_valid_from.load(Ordering::SeqCst),
+            PageKey::Sale(_) => true,
         }
     }
 
