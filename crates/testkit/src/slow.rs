@@ -175,6 +175,22 @@ pub async fn read_answer(stream: &mut TcpStream, give_up: Duration) -> Option<St
     }
 }
 
+/// Between two requests, both sides of the keep-alive at once: a next head trickled is cut
+/// ([`assert_next_head_bounded`]) while an honest client pausing within the keep-alive keeps
+/// its connection ([`assert_kept_alive`]).
+pub async fn assert_between_requests_bounded(
+    addr: SocketAddr,
+    path: &str,
+    keep_alive: Duration,
+    bound: Duration,
+    what: &str,
+) {
+    tokio::join!(
+        assert_next_head_bounded(addr, path, keep_alive, bound, what),
+        assert_kept_alive(addr, path, keep_alive, bound, what),
+    );
+}
+
 /// One whole `GET path` on a new connection, answered; then the next head begun and sent a
 /// byte every [`TRICKLE`], never finished. The server must close the connection no sooner than
 /// its `keep_alive` after the answer (an honest client may wait that long) and no later than
