@@ -5,12 +5,12 @@
 //! with `Payload::to_bytes_limited`, which reserves 32 KiB for every request, empty GETs too.
 //!
 //! By the time a handler runs, `seckill_web::read_bound` has read the body within
-//! `http.read_timeout_ms` and the same limit: here it is one buffered chunk, taken as is.
+//! `http.read_timeout_ms` and the same limit (a declared length past it refused before a byte
+//! was read): here it is one buffered chunk, taken as is.
 
 use actix_web::HttpRequest;
 use actix_web::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use actix_web::web::{Bytes, Payload};
-use seckill_common::ErrorCode;
 use seckill_web::ApiError;
 
 /// The whole body, or 413 once it grows past `limit` bytes.
@@ -24,14 +24,5 @@ pub async fn read_limited(req: &HttpRequest, payload: Payload, limit: usize) -> 
     if !headers.contains_key(TRANSFER_ENCODING) && declared.unwrap_or(0) == 0 {
         return Ok(Bytes::new());
     }
-    // A declared length over the limit is refused before reading a byte of it.
-    if declared.is_some_and(|len| len > limit) {
-        return Err(too_large(limit));
-    }
-
     seckill_web::read_bound::read(payload.into_inner(), limit, declared).await
-}
-
-fn too_large(limit: usize) -> ApiError {
-    ApiError::new(ErrorCode::PayloadTooLarge, format!("request body is larger than {limit} bytes"))
 }
