@@ -163,39 +163,6 @@ pub fn back_after_server(logs: &[BuyerLog], fault_s: Option<f64>, server_back_s:
     }
 }
 
-#[cfg(test)]
-mod back_after_server_tests {
-    use super::*;
-
-    fn answered(good: Vec<(f64, f64)>) -> Vec<BuyerLog> {
-        vec![BuyerLog {
-            user_id: 1,
-            late: false,
-            bearer: None,
-            order_calls: 1,
-            accepted: Vec::new(),
-            sold_out: false,
-            gave_up: false,
-            good,
-            tally: Tally::default(),
-        }]
-    }
-
-    #[test]
-    fn the_buy_path_must_answer_within_seconds_of_the_servers_return() {
-        // Down from the fault at 2 s, the server back at 8 s, a 202 at 9 s: 1 s after.
-        let c = back_after_server(&answered(vec![(1.0, 1.1), (8.5, 9.0)]), Some(2.0), 8.0);
-        assert!(c.ok, "{}", c.detail);
-        // Never down: at once.
-        assert!(back_after_server(&answered(vec![(2.5, 2.6)]), Some(2.0), 8.0).ok);
-        // Back 12 s after the server.
-        let c = back_after_server(&answered(vec![(19.0, 20.0)]), Some(2.0), 8.0);
-        assert!(!c.ok, "{}", c.detail);
-        // Never back.
-        assert!(!back_after_server(&answered(vec![(1.0, 1.1)]), Some(2.0), 8.0).ok);
-    }
-}
-
 /// From the fault until every request accepted before everything was back (the backlog the
 /// fault built, and the requests it caught in flight) had its final result; `None` if one never
 /// got it. Requests accepted later are the normal flow, not the fault's backlog.
@@ -682,5 +649,24 @@ mod tests {
         logs[2].accepted[0].order_id = None;
         let failed = failing(&judge(3, &logs, &outside, None, None).1);
         assert_eq!(failed, [ALL_SOLD.to_owned(), format!("buyers' view: {}", invariants::WINNERS)]);
+    }
+
+    /// One buyer whose good answers (asked, answered, in seconds) are `good`.
+    fn answered(good: Vec<(f64, f64)>) -> Vec<BuyerLog> {
+        vec![BuyerLog { good, ..log(1) }]
+    }
+
+    #[test]
+    fn the_buy_path_must_answer_within_seconds_of_the_servers_return() {
+        // Down from the fault at 2 s, the server back at 8 s, a 202 at 9 s: 1 s after.
+        let c = back_after_server(&answered(vec![(1.0, 1.1), (8.5, 9.0)]), Some(2.0), 8.0);
+        assert!(c.ok, "{}", c.detail);
+        // Never down: at once.
+        assert!(back_after_server(&answered(vec![(2.5, 2.6)]), Some(2.0), 8.0).ok);
+        // Back 12 s after the server.
+        let c = back_after_server(&answered(vec![(19.0, 20.0)]), Some(2.0), 8.0);
+        assert!(!c.ok, "{}", c.detail);
+        // Never back.
+        assert!(!back_after_server(&answered(vec![(1.0, 1.1)]), Some(2.0), 8.0).ok);
     }
 }
