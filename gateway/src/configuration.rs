@@ -10,6 +10,7 @@ use seckill_common::config::{
     AuthSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings, split_urls,
 };
 use seckill_common::trust::TrustSettings;
+use seckill_web::shed::{Limits, SettingKeys};
 use serde::Deserialize;
 
 use crate::auth::MAX_LEEWAY_SECS;
@@ -105,19 +106,37 @@ impl SoldOutSettings {
     }
 }
 
-/// `overload.*`: load shedding at the door.
+/// `overload.*`: load shedding at the door. Buy clicks this replica has forwarded to
+/// seckill-service and not yet had answered are bounded; past the bound a click is answered
+/// 503 `BUSY` with `Retry-After` at once, before the hop, so an overload costs a buyer
+/// milliseconds instead of a place in a queue of seconds. The bound follows the clicks'
+/// latency (`seckill_web::shed`), between `min_in_flight` and `max_in_flight`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OverloadSettings {
-    /// Buy clicks this replica has forwarded to seckill-service and not yet answered, at most;
-    /// past it a click is answered 503 `BUSY` with `Retry-After` at once, before the hop, so
-    /// an overload costs a buyer milliseconds instead of a place in a queue of seconds.
+    /// The bound's ceiling, and where it starts (an opening burst goes through up to this).
     pub max_in_flight: usize,
+    /// The bound's floor; equal to `max_in_flight`, the bound is fixed.
+    pub min_in_flight: usize,
+    /// The mean latency of a forwarded click the bound aims at, in milliseconds.
+    pub latency_target_ms: u64,
 }
 
 impl Default for OverloadSettings {
     fn default() -> Self {
-        Self { max_in_flight: 1_024 }
+        Self { max_in_flight: 1_024, min_in_flight: 32, latency_target_ms: 40 }
+    }
+}
+
+impl OverloadSettings {
+    pub const KEYS: SettingKeys = SettingKeys {
+        min: "overload.min_in_flight",
+        max: "overload.max_in_flight",
+        latency_target: "overload.latency_target_ms",
+    };
+
+    pub fn limits(&self) -> Result<Limits, ConfigError> {
+        Limits::from_settings(&Self::KEYS, self.min_in_flight, self.max_in_flight, self.latency_target_ms)
     }
 }
 
@@ -302,7 +321,7 @@ impl Settings {
             return Err(ConfigError::at("rate_limit.lease", format!("must be 1 to {MAX_LEASE}")));
         }
         ConfigError::check_positive("rate_limit.shared_timeout_ms", self.rate_limit.shared_timeout_ms)?;
-        ConfigError::check_positive("overload.max_in_flight", self.overload.max_in_flight as u64)?;
+        self.overload.limits()?;
         if self.sold_out.remember_ms > MAX_SOLD_OUT_REMEMBER_MS {
             return Err(ConfigError::at(
                 "sold_out.remember_ms",
@@ -496,7 +515,15 @@ mod tests {
         s.sold_out.remember_ms = 0;
         s.overload.max_in_flight = 0;
         assert!(s.validate().unwrap_err().to_string().contains("overload.max_in_flight"));
-        s.overload.max_in_flight = 1;
+        s.overload.max_in_flight = 16;
+        assert!(
+            s.validate().unwrap_err().to_string().contains("overload.min_in_flight"),
+            "a floor over the ceiling"
+        );
+        s.overload.min_in_flight = 16;
+        s.overload.latency_target_ms = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("overload.latency_target_ms"));
+        s.overload.latency_target_ms = 40;
         s.rate_limit.lease = 0;
         assert!(s.validate().unwrap_err().to_string().contains("rate_limit.lease"));
         s.rate_limit.lease = MAX_LEASE + 1;

@@ -55,7 +55,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         body_limit: settings.http.body_limit_bytes,
         last_readiness: LastReadiness::default(),
         closed: ClosedSales::new(settings.sold_out.remember()),
-        buys_in_flight: InFlight::new(settings.overload.max_in_flight, "gateway_requests_shed_total"),
+        buys_in_flight: InFlight::new(settings.overload.limits()?, "gateway", "gateway_requests_shed_total"),
         storefront,
     });
 

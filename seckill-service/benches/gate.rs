@@ -21,6 +21,7 @@ use seckill_service::batcher::{BatchSettings, Batcher, Enqueued, order_message};
 use seckill_service::confirmations::Confirmations;
 use seckill_service::gate::{Gate, Reserve};
 use seckill_testkit::TestNames;
+use seckill_web::shed::Limits;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -186,9 +187,13 @@ fn batching(c: &mut Criterion) {
 /// `full` is the refusal, counted in its metric, that a replica past its bound answers with;
 /// `refuse_if_full` the gateway's look before a click's token and limit, with and without room.
 fn shedding_check(c: &mut Criterion) {
-    let bound = seckill_web::shed::InFlight::new(1_024, "bench_shed_total");
+    let bound = seckill_web::shed::InFlight::new(
+        Limits { min: 32, max: 1_024, latency_target: Duration::from_millis(30) },
+        "bench",
+        "bench_shed_total",
+    );
     c.bench_function("shed/enter_and_leave", |b| b.iter(|| drop(black_box(bound.enter("order")))));
-    let full = seckill_web::shed::InFlight::new(1, "bench_shed_total");
+    let full = seckill_web::shed::InFlight::new(Limits::fixed(1), "bench", "bench_shed_total");
     let _held = full.enter("order");
     c.bench_function("shed/refused", |b| b.iter(|| black_box(full.enter("order")).is_err()));
     c.bench_function("shed/refuse_if_full_with_room", |b| {

@@ -7,6 +7,7 @@ use seckill_common::config::{
     AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
 use seckill_common::trust::TrustSettings;
+use seckill_web::shed::{Limits, SettingKeys};
 use serde::Deserialize;
 
 pub const SERVICE: &str = "seckill-service";
@@ -58,10 +59,15 @@ pub struct SeckillSettings {
     /// unacknowledged at the count has been claimed (and so counted) by then.
     pub rebuild_settle_ms: u64,
     /// Requests this replica works on at once on the routes that reach Redis (path token,
-    /// order, result); past it a request is answered 503 `BUSY` with `Retry-After` at once,
-    /// before touching anything. Bounds the wait of a request queued behind the others to about
-    /// this many divided by the replica's rate.
+    /// order, result; a reservation counts until its confirm) are bounded; past the bound a
+    /// request is answered 503 `BUSY` with `Retry-After` at once, before touching anything.
+    /// The bound follows their latency (`seckill_web::shed`): this is its ceiling, and where
+    /// it starts.
     pub max_in_flight: usize,
+    /// The bound's floor; equal to `max_in_flight`, the bound is fixed.
+    pub min_in_flight: usize,
+    /// The mean latency of those requests the bound aims at, in milliseconds.
+    pub latency_target_ms: u64,
     /// How long an accepted request waits for others to share its broker message, in
     /// milliseconds (0: only those already waiting join it). Every buyer's 202 waits this
     /// much longer at most; the broker's work per request falls with the batch's size.
@@ -83,6 +89,8 @@ impl Default for SeckillSettings {
             ended_grace_secs: 300,
             rebuild_settle_ms: 2_000,
             max_in_flight: 1_024,
+            min_in_flight: 32,
+            latency_target_ms: 30,
             batch_window_ms: 1,
             batch_max_requests: 50,
         }
@@ -90,6 +98,21 @@ impl Default for SeckillSettings {
 }
 
 impl SeckillSettings {
+    pub const IN_FLIGHT_KEYS: SettingKeys = SettingKeys {
+        min: "seckill.min_in_flight",
+        max: "seckill.max_in_flight",
+        latency_target: "seckill.latency_target_ms",
+    };
+
+    pub fn limits(&self) -> Result<Limits, ConfigError> {
+        Limits::from_settings(
+            &Self::IN_FLIGHT_KEYS,
+            self.min_in_flight,
+            self.max_in_flight,
+            self.latency_target_ms,
+        )
+    }
+
     pub fn sold_out_recheck(&self) -> Duration {
         Duration::from_millis(self.sold_out_recheck_ms)
     }
@@ -118,7 +141,7 @@ impl Settings {
         ConfigError::check_positive("seckill.token_ttl_secs", seckill.token_ttl_secs)?;
         ConfigError::check_positive("seckill.reconcile_interval_secs", seckill.reconcile_interval_secs)?;
         ConfigError::check_positive("seckill.audit_interval_secs", seckill.audit_interval_secs)?;
-        ConfigError::check_positive("seckill.max_in_flight", seckill.max_in_flight as u64)?;
+        seckill.limits()?;
         if !(1..=MAX_BATCH_REQUESTS).contains(&seckill.batch_max_requests) {
             return Err(ConfigError::at(
                 "seckill.batch_max_requests",
@@ -166,6 +189,11 @@ mod tests {
         let mut s = Settings::default();
         s.seckill.max_in_flight = 0;
         assert!(s.validate().unwrap_err().to_string().contains("seckill.max_in_flight"));
+        s.seckill.max_in_flight = 8;
+        assert!(
+            s.validate().unwrap_err().to_string().contains("seckill.min_in_flight"),
+            "a floor over the ceiling"
+        );
         for bad in [0, MAX_BATCH_REQUESTS + 1] {
             let mut s = Settings::default();
             s.seckill.batch_max_requests = bad;

@@ -103,7 +103,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         confirmations,
         retry_delay_ms: settings.amqp.retry_delay_ms,
         confirm_timeout_ms: settings.amqp.confirm_timeout_ms,
-        in_flight: InFlight::new(settings.seckill.max_in_flight, "seckill_requests_shed_total"),
+        in_flight: InFlight::new(settings.seckill.limits()?, "seckill", "seckill_requests_shed_total"),
     });
 
     // Warm-up in the background: a stock-service still starting must not stop this one; a

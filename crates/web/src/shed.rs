@@ -1,52 +1,160 @@
-//! Load shedding: a bound on the requests a replica works on at once. Past it, a request is
-//! answered 503 `BUSY` with `Retry-After` at once, before it touches anything: under overload
-//! a buyer learns in microseconds that they should come back, instead of queueing for seconds
-//! behind work the replica cannot finish sooner, and nothing already accepted is put at risk.
+//! Load shedding: a bound on the requests a replica works on at once, which follows what the
+//! replica sustains right now. Past it, a request is answered 503 `BUSY` with `Retry-After` at
+//! once, before it touches anything: under overload a buyer learns in microseconds that they
+//! should come back, instead of queueing for seconds behind work the replica cannot finish
+//! sooner, and nothing already accepted is put at risk.
+//!
+//! The bound adapts to the latency of the requests it lets through (see [`Limits`]): every
+//! `WINDOW` the mean latency of the requests that ended in it is set against a target. Above
+//! it, the bound shrinks in proportion (by Little's law, at a steady rate the time in flight
+//! grows with the number in flight, so `bound x target / latency` is the bound that would have
+//! met the target); below it, and only if the bound was what held the requests back, it grows.
+//! One fixed number would be wrong on every machine but one: too high and the excess queues
+//! inside the replica for seconds, too low and a bigger machine refuses buyers it could serve.
+//!
+//! Everything is atomics: a request costs a few uncontended-in-spirit atomic adds, and once a
+//! window the one request that closes it recomputes the bound.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use seckill_common::ErrorCode;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use seckill_common::config::ConfigError;
 
 use crate::ApiError;
 
 /// What a shed request is told to wait before trying again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// At most `bound` requests in flight; cloned handles share the bound.
-#[derive(Clone)]
-pub struct InFlight {
-    slots: Arc<Semaphore>,
-    bound: usize,
-    /// The counter of shed requests (`<name>{route}`).
-    metric: &'static str,
+/// How often the bound is reconsidered: long enough to average some hundred requests at a
+/// flash sale's rates, short enough that a burst is cut within a few of them.
+const WINDOW: Duration = Duration::from_millis(50);
+
+/// The bound on requests in flight: between `min` and `max`, adapted to keep their mean
+/// latency at `latency_target`. `min == max` is a fixed bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The bound never goes below this: a replica whose every request is slow (its
+    /// dependency is) still works on this many at once.
+    pub min: usize,
+    /// The bound at the start, and its ceiling: an opening burst is let through up to this
+    /// many at once until the first window has measured what the replica sustains.
+    pub max: usize,
+    pub latency_target: Duration,
 }
 
-/// A request's slot, given back when dropped (the handler returned or was cancelled).
+impl Limits {
+    pub const fn fixed(bound: usize) -> Self {
+        Self { min: bound, max: bound, latency_target: Duration::from_secs(1) }
+    }
+
+    /// The limits from a service's settings, checked: both bounds positive, the floor not
+    /// above the ceiling, a target of at least a millisecond.
+    pub fn from_settings(
+        keys: &SettingKeys,
+        min: usize,
+        max: usize,
+        latency_target_ms: u64,
+    ) -> Result<Self, ConfigError> {
+        ConfigError::check_positive(keys.max, max as u64)?;
+        ConfigError::check_positive(keys.min, min as u64)?;
+        ConfigError::check_positive(keys.latency_target, latency_target_ms)?;
+        if min > max {
+            return Err(ConfigError::at(
+                keys.min,
+                format!("must be at most {} ({max}); equal to it fixes the bound", keys.max),
+            ));
+        }
+        Ok(Self { min, max, latency_target: Duration::from_millis(latency_target_ms) })
+    }
+
+    fn adaptive(&self) -> bool {
+        self.min < self.max
+    }
+}
+
+/// Where a service's settings hold the [`Limits`], for the errors that name them.
+pub struct SettingKeys {
+    pub min: &'static str,
+    pub max: &'static str,
+    pub latency_target: &'static str,
+}
+
+/// The bound and the requests under it; cloned handles share both.
+#[derive(Clone)]
+pub struct InFlight {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limits: Limits,
+    /// What the bound is called in the metrics (`bound` label: gateway, seckill).
+    name: &'static str,
+    /// The counter of shed requests (`<name>{route}`).
+    shed_metric: &'static str,
+    in_flight: AtomicUsize,
+    limit: AtomicUsize,
+    epoch: Instant,
+    window: Window,
+}
+
+/// The requests that ended since the window opened, and how many were in flight at most.
+struct Window {
+    /// Microseconds from `epoch` to the window's opening.
+    opened_us: AtomicU64,
+    ended: AtomicU64,
+    latency_us: AtomicU64,
+    peak: AtomicUsize,
+}
+
+/// A request's slot, given back when dropped (the handler returned or was cancelled); its time
+/// in flight is what the bound learns from.
 #[must_use = "the slot is held only while this lives"]
 pub struct Slot {
-    _permit: OwnedSemaphorePermit,
+    inner: Arc<Inner>,
+    entered: Instant,
 }
 
 impl InFlight {
-    pub fn new(bound: usize, metric: &'static str) -> Self {
-        Self { slots: Arc::new(Semaphore::new(bound)), bound, metric }
+    /// `shed_metric` names the counter of refusals; `name` the bound in the gauges.
+    pub fn new(limits: Limits, name: &'static str, shed_metric: &'static str) -> Self {
+        let limits = Limits { min: limits.min.max(1), max: limits.max.max(limits.min.max(1)), ..limits };
+        let inner = Inner {
+            limits,
+            name,
+            shed_metric,
+            in_flight: AtomicUsize::new(0),
+            limit: AtomicUsize::new(limits.max),
+            epoch: Instant::now(),
+            window: Window {
+                opened_us: AtomicU64::new(0),
+                ended: AtomicU64::new(0),
+                latency_us: AtomicU64::new(0),
+                peak: AtomicUsize::new(0),
+            },
+        };
+        metrics::gauge!("admission_concurrency_limit", "bound" => name).set(limits.max as f64);
+        Self { inner: Arc::new(inner) }
     }
 
-    /// A slot for one request of `route`, or 503 `BUSY` when all are taken. Never waits.
+    /// A slot for one request of `route`, or 503 `BUSY` when the bound is reached. Never waits.
     pub fn enter(&self, route: &'static str) -> Result<Slot, ApiError> {
-        match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Slot { _permit: permit }),
-            Err(_) => Err(self.busy(route)),
+        let inner = &self.inner;
+        let now = inner.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        if now > inner.limit.load(Ordering::Relaxed) {
+            inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(self.busy(route));
         }
+        inner.window.peak.fetch_max(now, Ordering::Relaxed);
+        Ok(Slot { inner: inner.clone(), entered: Instant::now() })
     }
 
-    /// 503 `BUSY` when every slot is taken right now, without taking one: the first thing a
-    /// route checks, so a shed request costs no token check and no rate-limit call. The slot
+    /// 503 `BUSY` when the bound is reached right now, without taking a slot: the first thing
+    /// a route checks, so a shed request costs no token check and no rate-limit call. The slot
     /// itself is taken later with [`InFlight::enter`], which can still refuse.
     pub fn refuse_if_full(&self, route: &'static str) -> Result<(), ApiError> {
-        if self.slots.available_permits() == 0 {
+        if self.current() >= self.limit() {
             return Err(self.busy(route));
         }
         Ok(())
@@ -54,23 +162,99 @@ impl InFlight {
 
     /// Requests in flight right now.
     pub fn current(&self) -> usize {
-        self.bound - self.slots.available_permits()
+        self.inner.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The bound right now.
+    pub fn limit(&self) -> usize {
+        self.inner.limit.load(Ordering::Relaxed)
     }
 
     fn busy(&self, route: &'static str) -> ApiError {
-        metrics::counter!(self.metric, "route" => route).increment(1);
+        metrics::counter!(self.inner.shed_metric, "route" => route).increment(1);
         ApiError::new(ErrorCode::Busy, "too many requests in progress here, try again shortly")
             .with_retry_after(RETRY_AFTER)
     }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if !inner.limits.adaptive() {
+            return;
+        }
+        let ended = Instant::now();
+        let took = ended.duration_since(self.entered).as_micros().min(u128::from(u32::MAX)) as u64;
+        inner.window.latency_us.fetch_add(took, Ordering::Relaxed);
+        inner.window.ended.fetch_add(1, Ordering::Relaxed);
+        inner.close_window_if_due(ended);
+    }
+}
+
+impl Inner {
+    /// Ends the window if it has lasted `WINDOW`: the one caller that wins the race to reopen
+    /// it takes the window's figures and sets the bound from them.
+    fn close_window_if_due(&self, now: Instant) {
+        let now_us = now.duration_since(self.epoch).as_micros() as u64;
+        let opened = self.window.opened_us.load(Ordering::Relaxed);
+        if now_us.saturating_sub(opened) < WINDOW.as_micros() as u64
+            || self
+                .window
+                .opened_us
+                .compare_exchange(opened, now_us, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let ended = self.window.ended.swap(0, Ordering::AcqRel);
+        let latency_us = self.window.latency_us.swap(0, Ordering::AcqRel);
+        let peak = self.window.peak.swap(self.in_flight.load(Ordering::Relaxed), Ordering::AcqRel);
+        if ended == 0 {
+            return;
+        }
+        let mean = Duration::from_micros(latency_us / ended);
+        let limit = self.limit.load(Ordering::Relaxed);
+        let next = next_limit(&self.limits, limit, peak, mean);
+        if next != limit {
+            self.limit.store(next, Ordering::Relaxed);
+            metrics::gauge!("admission_concurrency_limit", "bound" => self.name).set(next as f64);
+        }
+        metrics::gauge!("admission_in_flight", "bound" => self.name).set(peak as f64);
+    }
+}
+
+/// The bound for the next window, from this one's: `limit`, the most requests that were in
+/// flight at once (`peak`), and their `mean` latency.
+fn next_limit(limits: &Limits, limit: usize, peak: usize, mean: Duration) -> usize {
+    let target = limits.latency_target.as_secs_f64();
+    let mean = mean.as_secs_f64().max(1e-6);
+    let next = if mean > target {
+        // Too slow: the bound that would have met the target at this rate, at most halving a
+        // window so one slow window (a pause of the process) does not empty the replica.
+        (limit as f64 * (target / mean).max(0.5)).floor() as usize
+    } else if peak * 10 >= limit * 9 {
+        // Fast enough and held back by the bound: grow, faster the further below the target.
+        let room = if mean * 2.0 < target { limit / 4 } else { (limit as f64).sqrt() as usize };
+        limit + room.max(1)
+    } else {
+        // Fast enough and not held back: the bound is not what is being measured.
+        limit
+    };
+    next.clamp(limits.min, limits.max)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn adaptive(min: usize, max: usize, target_ms: u64) -> Limits {
+        Limits { min, max, latency_target: Duration::from_millis(target_ms) }
+    }
+
     #[test]
     fn past_the_bound_a_request_is_busy_at_once_and_a_slot_comes_back_when_dropped() {
-        let bound = InFlight::new(2, "test_shed_total");
+        let bound = InFlight::new(Limits::fixed(2), "test", "test_shed_total");
         let a = bound.enter("r").unwrap();
         let _b = bound.enter("r").unwrap();
         assert_eq!(bound.current(), 2);
@@ -78,9 +262,72 @@ mod tests {
         assert_eq!(err.code, ErrorCode::Busy);
         assert_eq!(err.retry_after_secs, Some(1));
         assert_eq!(bound.refuse_if_full("r").unwrap_err().code, ErrorCode::Busy);
+        assert_eq!(bound.current(), 2, "a refusal holds no slot");
         drop(a);
         assert_eq!(bound.current(), 1);
         bound.refuse_if_full("r").unwrap();
         let _c = bound.enter("r").unwrap();
+    }
+
+    #[test]
+    fn too_slow_shrinks_the_bound_in_proportion_never_below_half_or_the_floor() {
+        let l = adaptive(10, 1_000, 50);
+        // Twice the target: half the bound would have met it.
+        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(100)), 400);
+        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(80)), 500);
+        // Ten times the target (a pause): at most halved in one window.
+        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(500)), 400);
+        assert_eq!(next_limit(&l, 16, 16, Duration::from_millis(500)), 10, "the floor holds");
+    }
+
+    #[test]
+    fn fast_enough_grows_the_bound_only_when_it_held_requests_back() {
+        let l = adaptive(10, 1_000, 50);
+        // Well below the target and the bound reached: a quarter more.
+        assert_eq!(next_limit(&l, 400, 400, Duration::from_millis(10)), 500);
+        // Close to the target: a gentler step (the square root).
+        assert_eq!(next_limit(&l, 400, 380, Duration::from_millis(40)), 420);
+        // Few requests in flight: a fast replica with room to spare learns nothing of its bound.
+        assert_eq!(next_limit(&l, 400, 100, Duration::from_millis(10)), 400);
+        assert_eq!(next_limit(&l, 990, 990, Duration::from_millis(1)), 1_000, "the ceiling holds");
+    }
+
+    #[test]
+    fn slow_requests_bring_the_bound_down_and_fast_ones_up_again() {
+        let bound = InFlight::new(adaptive(4, 64, 20), "test", "test_shed_total");
+        assert_eq!(bound.limit(), 64, "starts at its ceiling: a cold replica takes an opening burst");
+        // Requests that take about three times the target: the bound falls towards the floor.
+        for _ in 0..6 {
+            let slots: Vec<Slot> = (0..bound.limit()).map(|_| bound.enter("r").unwrap()).collect();
+            std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
+            drop(slots);
+        }
+        let low = bound.limit();
+        assert!(low < 32, "the bound came down: {low}");
+        assert!(bound.enter("r").is_ok());
+        // Quick requests that fill the bound: it climbs back.
+        for _ in 0..40 {
+            let slots: Vec<Slot> = (0..bound.limit()).map(|_| bound.enter("r").unwrap()).collect();
+            let until = Instant::now() + WINDOW + Duration::from_millis(5);
+            drop(slots);
+            while Instant::now() < until {
+                drop(bound.enter("r").unwrap());
+            }
+            if bound.limit() == 64 {
+                break;
+            }
+        }
+        assert_eq!(bound.limit(), 64, "the bound climbed back to its ceiling");
+    }
+
+    #[test]
+    fn a_fixed_bound_does_not_move() {
+        let bound = InFlight::new(Limits::fixed(3), "test", "test_shed_total");
+        for _ in 0..3 {
+            let slots: Vec<Slot> = (0..3).map(|_| bound.enter("r").unwrap()).collect();
+            std::thread::sleep(WINDOW + Duration::from_millis(5));
+            drop(slots);
+        }
+        assert_eq!(bound.limit(), 3);
     }
 }

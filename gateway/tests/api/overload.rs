@@ -14,6 +14,7 @@ async fn past_the_bound_a_click_is_busy_at_once_and_never_reaches_seckill() {
     let (seckill, order, stock) = (seckill.start(), Echo::new("order").start(), Echo::new("stock").start());
     let mut s = settings(&seckill.url(), &order.url(), &stock.url());
     s.overload.max_in_flight = 2;
+    s.overload.min_in_flight = 2;
     let app = TestApp::start(s, vec![seckill, order, stock]);
     let click = |user: i64| app.post("/api/seckill/1/orders").bearer_auth(user_token(user)).send();
 
@@ -52,4 +53,42 @@ async fn metric_with(app: &TestApp, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+}
+
+/// The bound follows the clicks' latency: a seckill-service that answers in 100 ms, against a
+/// target of 20, brings it from its ceiling (64, where a cold replica starts) towards its floor,
+/// and the clicks past it are refused at once. A fixed bound of 64 would let every wave through.
+#[tokio::test]
+async fn a_slow_seckill_service_brings_the_bound_down_and_the_excess_is_busy_at_once() {
+    let seckill = Echo::new("seckill").delay(Duration::from_millis(100));
+    let calls = seckill.calls.clone();
+    let (seckill, order, stock) = (seckill.start(), Echo::new("order").start(), Echo::new("stock").start());
+    let mut s = settings(&seckill.url(), &order.url(), &stock.url());
+    s.overload.max_in_flight = 64;
+    s.overload.min_in_flight = 4;
+    s.overload.latency_target_ms = 20;
+    let app = TestApp::start(s, vec![seckill, order, stock]);
+    let wave = |first_user: i64| {
+        let clicks = (first_user..first_user + 64)
+            .map(|u| app.post("/api/seckill/1/orders").bearer_auth(user_token(u)).send());
+        futures_util::future::join_all(clicks)
+    };
+
+    let mut last = (0, 0);
+    for w in 0..6 {
+        let answers = wave(1_000 * (w + 1)).await;
+        let statuses: Vec<u16> = answers.into_iter().map(|r| r.unwrap().status().as_u16()).collect();
+        assert!(statuses.iter().all(|s| [200, 503].contains(s)), "only passed or BUSY: {statuses:?}");
+        let passed = statuses.iter().filter(|s| **s == 200).count();
+        if w == 0 {
+            assert_eq!(passed, 64, "a cold replica takes a burst up to its ceiling");
+        }
+        last = (passed, statuses.len() - passed);
+    }
+    let (passed, busy) = last;
+    assert!(passed <= 8 && busy >= 56, "the bound came down near its floor: {passed} passed, {busy} busy");
+    let limit = metric_with(&app, "admission_concurrency_limit{bound=\"gateway\"}").await;
+    assert!((4.0..=8.0).contains(&limit), "the gauge shows the bound: {limit}");
+    assert!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await >= 56.0);
+    assert!(calls.load(Ordering::SeqCst) < 64 * 6, "the refused clicks never reached seckill-service");
 }

@@ -12,7 +12,10 @@ use crate::helpers::{answer, spawn_app_with};
 
 #[tokio::test]
 async fn past_the_in_flight_bound_a_buyer_is_busy_at_once_and_keeps_their_token() {
-    let app = spawn_app_with(|s| s.seckill.max_in_flight = 2);
+    let app = spawn_app_with(|s| {
+        s.seckill.max_in_flight = 2;
+        s.seckill.min_in_flight = 2;
+    });
     let g = app.open_sale(5).await.id;
     let (status, body) = app.path_token(62, g).await;
     assert_eq!(status, 200, "{body}");
