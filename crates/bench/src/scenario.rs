@@ -954,6 +954,8 @@ async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerO
     let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
     let retries = clicker.retries.clone();
     let mut fresh: Option<OpenClick> = None;
+    // Closed loop: the click this connection's buyer tries again after its Retry-After.
+    let mut own_retry: Option<OpenClick> = None;
     let mut dry = false;
     loop {
         // Listening before looking: a retry made ready or the last click ended in between is
@@ -961,7 +963,12 @@ async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerO
         let wake = retries.wake.notified();
         tokio::pin!(wake);
         wake.as_mut().enable();
-        let click = if let Some(retry) = retries.take() {
+        let click = if let Some(retry) = own_retry.take() {
+            if let Some(due) = retry.due {
+                tokio::time::sleep_until(due.into()).await;
+            }
+            retry
+        } else if let Some(retry) = retries.take() {
             retry
         } else {
             if fresh.is_none() && !dry {
@@ -994,6 +1001,10 @@ async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerO
                 clicker.done.fetch_add(1, Ordering::Relaxed);
                 retries.closed();
             }
+            // In closed loop a connection is one buyer, who waits out the Retry-After before
+            // clicking again (going on with another click at once would make every refusal
+            // a new request at once: a storm no browser makes).
+            Stepped::Retry(click) if clicker.source.rate.is_none() => own_retry = Some(click),
             Stepped::Retry(click) => retries.wait_out(click),
         }
     }

@@ -24,8 +24,13 @@ use seckill_common::config::ConfigError;
 
 use crate::ApiError;
 
-/// What a shed request is told to wait before trying again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The shortest and the longest wait a shed request is told (`Retry-After`, whole seconds).
+pub const MIN_RETRY_AFTER_SECS: u64 = 1;
+pub const MAX_RETRY_AFTER_SECS: u64 = 10;
+
+/// How much of the refusals-per-completion ratio a window adds to its running average: about
+/// the last half second of windows counts.
+const RATIO_WEIGHT: f64 = 0.1;
 
 /// How often the bound is reconsidered: long enough to average some hundred requests at a
 /// flash sale's rates, short enough that a burst is cut within a few of them.
@@ -95,6 +100,10 @@ struct Inner {
     shed_metric: &'static str,
     in_flight: AtomicUsize,
     limit: AtomicUsize,
+    /// The running average of refusals per request let through and completed (`f64` bits),
+    /// and the `Retry-After` it gives.
+    refused_per_completed: AtomicU64,
+    retry_after_secs: AtomicU64,
     epoch: Instant,
     window: Window,
 }
@@ -104,6 +113,7 @@ struct Window {
     /// Microseconds from `epoch` to the window's opening.
     opened_us: AtomicU64,
     ended: AtomicU64,
+    refused: AtomicU64,
     latency_us: AtomicU64,
     peak: AtomicUsize,
 }
@@ -126,10 +136,13 @@ impl InFlight {
             shed_metric,
             in_flight: AtomicUsize::new(0),
             limit: AtomicUsize::new(limits.max),
+            refused_per_completed: AtomicU64::new(0f64.to_bits()),
+            retry_after_secs: AtomicU64::new(MIN_RETRY_AFTER_SECS),
             epoch: Instant::now(),
             window: Window {
                 opened_us: AtomicU64::new(0),
                 ended: AtomicU64::new(0),
+                refused: AtomicU64::new(0),
                 latency_us: AtomicU64::new(0),
                 peak: AtomicUsize::new(0),
             },
@@ -170,10 +183,16 @@ impl InFlight {
         self.inner.limit.load(Ordering::Relaxed)
     }
 
+    /// What a refused request is told to wait now, in seconds.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.inner.retry_after_secs.load(Ordering::Relaxed)
+    }
+
     fn busy(&self, route: &'static str) -> ApiError {
         metrics::counter!(self.inner.shed_metric, "route" => route).increment(1);
+        self.inner.window.refused.fetch_add(1, Ordering::Relaxed);
         ApiError::new(ErrorCode::Busy, "too many requests in progress here, try again shortly")
-            .with_retry_after(RETRY_AFTER)
+            .with_retry_after(Duration::from_secs(self.retry_after_secs()))
     }
 }
 
@@ -181,9 +200,6 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let inner = &self.inner;
         inner.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if !inner.limits.adaptive() {
-            return;
-        }
         let ended = Instant::now();
         let took = ended.duration_since(self.entered).as_micros().min(u128::from(u32::MAX)) as u64;
         inner.window.latency_us.fetch_add(took, Ordering::Relaxed);
@@ -208,9 +224,11 @@ impl Inner {
             return;
         }
         let ended = self.window.ended.swap(0, Ordering::AcqRel);
+        let refused = self.window.refused.swap(0, Ordering::AcqRel);
         let latency_us = self.window.latency_us.swap(0, Ordering::AcqRel);
         let peak = self.window.peak.swap(self.in_flight.load(Ordering::Relaxed), Ordering::AcqRel);
-        if ended == 0 {
+        self.set_retry_after(refused, ended);
+        if ended == 0 || !self.limits.adaptive() {
             return;
         }
         let mean = Duration::from_micros(latency_us / ended);
@@ -221,6 +239,25 @@ impl Inner {
             metrics::gauge!("admission_concurrency_limit", "bound" => self.name).set(next as f64);
         }
         metrics::gauge!("admission_in_flight", "bound" => self.name).set(peak as f64);
+    }
+}
+
+impl Inner {
+    /// `Retry-After` from how many requests were refused for each one let through: the
+    /// refused of a second need about that many seconds of what the replica completes to be
+    /// served, so told to come back then they return spread over the time it can take them,
+    /// not all at the next second to be refused again (at five times the sustainable rate, a
+    /// one-second wait makes every refused buyer a request a second: a storm of refusals
+    /// that takes the cores from the work).
+    fn set_retry_after(&self, refused: u64, ended: u64) {
+        // One window's ratio counts up to the ceiling: after a storm the wait comes back down
+        // within a second of windows, however wild the storm was.
+        let ratio = (refused as f64 / ended.max(1) as f64).min(MAX_RETRY_AFTER_SECS as f64);
+        let average = f64::from_bits(self.refused_per_completed.load(Ordering::Relaxed));
+        let average = average + RATIO_WEIGHT * (ratio - average);
+        self.refused_per_completed.store(average.to_bits(), Ordering::Relaxed);
+        let secs = (average.ceil() as u64).clamp(MIN_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS);
+        self.retry_after_secs.store(secs, Ordering::Relaxed);
     }
 }
 
@@ -318,6 +355,32 @@ mod tests {
             }
         }
         assert_eq!(bound.limit(), 64, "the bound climbed back to its ceiling");
+    }
+
+    #[test]
+    fn retry_after_follows_the_refusals_for_each_request_served() {
+        let bound = InFlight::new(Limits::fixed(8), "test", "test_shed_total");
+        assert_eq!(bound.retry_after_secs(), 1, "nothing refused yet: one second");
+        // Four refused for each one served, window after window: come back in about four seconds.
+        for _ in 0..60 {
+            bound.inner.set_retry_after(400, 100);
+        }
+        assert_eq!(bound.retry_after_secs(), 4);
+        let err = bound.enter("r").map(drop).and_then(|()| {
+            let _held: Vec<Slot> = (0..8).map(|_| bound.enter("r").unwrap()).collect();
+            bound.enter("r").map(drop)
+        });
+        assert_eq!(err.unwrap_err().retry_after_secs, Some(4), "the refusal says so");
+        // A storm far past it: never more than the ceiling.
+        for _ in 0..60 {
+            bound.inner.set_retry_after(100_000, 10);
+        }
+        assert_eq!(bound.retry_after_secs(), MAX_RETRY_AFTER_SECS);
+        // The overload over: back to one second within a few seconds of windows.
+        for _ in 0..100 {
+            bound.inner.set_retry_after(0, 100);
+        }
+        assert_eq!(bound.retry_after_secs(), 1);
     }
 
     #[test]
