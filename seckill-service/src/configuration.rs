@@ -90,7 +90,7 @@ impl Default for SeckillSettings {
             rebuild_settle_ms: 2_000,
             max_in_flight: 1_024,
             min_in_flight: 32,
-            latency_target_ms: 30,
+            latency_target_ms: 100,
             batch_window_ms: 1,
             batch_max_requests: 50,
         }

@@ -32,6 +32,19 @@ pub const MAX_RETRY_AFTER_SECS: u64 = 10;
 /// the last half second of windows counts.
 const RATIO_WEIGHT: f64 = 0.1;
 
+/// How far above its latency when nothing is held back a replica's latency may go before the
+/// bound comes down (see `Inner::target`).
+const TOLERANCE: f64 = 2.0;
+
+/// The share of its best recent throughput below which a bound is starving the replica.
+const THROUGHPUT_KEPT: f64 = 0.85;
+
+/// How much of the best recent throughput is kept from one window to the next.
+const BEST_RATE_DECAY: f64 = 0.99;
+
+/// Fewest requests a window needs to teach the baseline latency.
+const MIN_BASELINE_SAMPLES: u64 = 20;
+
 /// How often the bound is reconsidered: long enough to average some hundred requests at a
 /// flash sale's rates, short enough that a burst is cut within a few of them.
 const WINDOW: Duration = Duration::from_millis(50);
@@ -104,6 +117,11 @@ struct Inner {
     /// and the `Retry-After` it gives.
     refused_per_completed: AtomicU64,
     retry_after_secs: AtomicU64,
+    /// The mean latency of recent windows in which the bound held nothing back, in µs (0:
+    /// none yet).
+    baseline_us: AtomicU64,
+    /// The best completion rate of the last seconds, per second (`f64` bits).
+    best_rate: AtomicU64,
     epoch: Instant,
     window: Window,
 }
@@ -138,6 +156,8 @@ impl InFlight {
             limit: AtomicUsize::new(limits.max),
             refused_per_completed: AtomicU64::new(0f64.to_bits()),
             retry_after_secs: AtomicU64::new(MIN_RETRY_AFTER_SECS),
+            baseline_us: AtomicU64::new(0),
+            best_rate: AtomicU64::new(0f64.to_bits()),
             epoch: Instant::now(),
             window: Window {
                 opened_us: AtomicU64::new(0),
@@ -233,7 +253,10 @@ impl Inner {
         }
         let mean = Duration::from_micros(latency_us / ended);
         let limit = self.limit.load(Ordering::Relaxed);
-        let next = next_limit(&self.limits, limit, peak, mean);
+        let target = self.target(held_back(limit, peak), mean, ended);
+        let window = Duration::from_micros(now_us - opened).as_secs_f64();
+        let (rate, best_rate) = self.rates(ended as f64 / window);
+        let next = next_limit(&self.limits, target, limit, Measured { peak, mean, rate, best_rate });
         if next != limit {
             self.limit.store(next, Ordering::Relaxed);
             metrics::gauge!("admission_concurrency_limit", "bound" => self.name).set(next as f64);
@@ -261,21 +284,72 @@ impl Inner {
     }
 }
 
-/// The bound for the next window, from this one's: `limit`, the most requests that were in
-/// flight at once (`peak`), and their `mean` latency.
-fn next_limit(limits: &Limits, limit: usize, peak: usize, mean: Duration) -> usize {
-    let target = limits.latency_target.as_secs_f64();
-    let mean = mean.as_secs_f64().max(1e-6);
-    let next = if mean > target {
+impl Inner {
+    /// The latency the bound aims at: `latency_target`, or more on a replica whose requests
+    /// take longer than that even when the bound holds nothing back (a slower machine, a
+    /// farther Redis): about [`TOLERANCE`] times what they take then, learned from the windows
+    /// in which the bound was not reached, up to [`TOLERANCE`]² times the target. So a replica
+    /// at its normal load refuses nobody, whatever its normal latency, and one past it is held
+    /// near that latency rather than let slide into queueing.
+    fn target(&self, held_back: bool, mean: Duration, ended: u64) -> Duration {
+        let mut baseline = Duration::from_micros(self.baseline_us.load(Ordering::Relaxed));
+        if !held_back && ended >= MIN_BASELINE_SAMPLES {
+            baseline = if baseline.is_zero() { mean } else { baseline.mul_f64(0.8) + mean.mul_f64(0.2) };
+            self.baseline_us.store(baseline.as_micros() as u64, Ordering::Relaxed);
+        }
+        let target = self.limits.latency_target;
+        baseline.mul_f64(TOLERANCE).clamp(target, target.mul_f64(TOLERANCE * TOLERANCE))
+    }
+}
+
+impl Inner {
+    /// This window's completion rate and the best of the last seconds (a maximum that decays
+    /// by half in about three seconds, so a replica that really got slower learns it).
+    fn rates(&self, rate: f64) -> (f64, f64) {
+        let best = f64::from_bits(self.best_rate.load(Ordering::Relaxed)) * BEST_RATE_DECAY;
+        let best = best.max(rate);
+        self.best_rate.store(best.to_bits(), Ordering::Relaxed);
+        (rate, best)
+    }
+}
+
+/// Whether the bound held requests back in a window: the most in flight at once came within a
+/// tenth of it.
+fn held_back(limit: usize, peak: usize) -> bool {
+    peak * 10 >= limit * 9
+}
+
+/// One window's figures, as the bound is set from them.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    /// The most requests in flight at once.
+    peak: usize,
+    /// Their mean latency.
+    mean: Duration,
+    /// Requests completed per second, against the best of the last seconds.
+    rate: f64,
+    best_rate: f64,
+}
+
+/// The bound for the next window, from `limit` and this window's figures, against `target`.
+fn next_limit(limits: &Limits, target: Duration, limit: usize, m: Measured) -> usize {
+    let target = target.as_secs_f64();
+    let mean = m.mean.as_secs_f64().max(1e-6);
+    // A bound that costs throughput is too low, however slow the requests are: when the cores
+    // are taken by what arrives (refusals included), latency stays up at any bound, and
+    // shrinking on latency alone would only starve the replica down to its floor.
+    let starving = m.rate < m.best_rate * THROUGHPUT_KEPT;
+    let next = if mean > target && !starving {
         // Too slow: the bound that would have met the target at this rate, at most halving a
         // window so one slow window (a pause of the process) does not empty the replica.
         (limit as f64 * (target / mean).max(0.5)).floor() as usize
-    } else if peak * 10 >= limit * 9 {
-        // Fast enough and held back by the bound: grow, faster the further below the target.
+    } else if held_back(limit, m.peak) {
+        // Fast enough (or starved) and held back by the bound: grow, faster the further below
+        // the target.
         let room = if mean * 2.0 < target { limit / 4 } else { (limit as f64).sqrt() as usize };
         limit + room.max(1)
     } else {
-        // Fast enough and not held back: the bound is not what is being measured.
+        // Not held back: the bound is not what is being measured.
         limit
     };
     next.clamp(limits.min, limits.max)
@@ -287,6 +361,26 @@ mod tests {
 
     fn adaptive(min: usize, max: usize, target_ms: u64) -> Limits {
         Limits { min, max, latency_target: Duration::from_millis(target_ms) }
+    }
+
+    /// The next bound at a throughput as good as the best of late.
+    fn at(l: &Limits, limit: usize, peak: usize, mean_ms: u64) -> usize {
+        let m = Measured { peak, mean: Duration::from_millis(mean_ms), rate: 1_000.0, best_rate: 1_000.0 };
+        next_limit(l, l.latency_target, limit, m)
+    }
+
+    #[test]
+    fn a_bound_that_costs_throughput_grows_however_slow_the_requests_are() {
+        let l = adaptive(10, 1_000, 50);
+        let slow =
+            Measured { peak: 200, mean: Duration::from_millis(150), rate: 1_000.0, best_rate: 1_000.0 };
+        assert_eq!(next_limit(&l, l.latency_target, 200, slow), 100, "throughput kept: shrink (halved at most)");
+        // The same latency, and the throughput has fallen under the bound: the cores are taken
+        // by something else (refusals), a lower bound only starves the replica.
+        let starved = Measured { rate: 600.0, ..slow };
+        assert_eq!(next_limit(&l, l.latency_target, 200, starved), 214, "grows by its square root");
+        let not_held = Measured { peak: 50, ..starved };
+        assert_eq!(next_limit(&l, l.latency_target, 200, not_held), 200);
     }
 
     #[test]
@@ -310,23 +404,23 @@ mod tests {
     fn too_slow_shrinks_the_bound_in_proportion_never_below_half_or_the_floor() {
         let l = adaptive(10, 1_000, 50);
         // Twice the target: half the bound would have met it.
-        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(100)), 400);
-        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(80)), 500);
+        assert_eq!(at(&l, 800, 800, 100), 400);
+        assert_eq!(at(&l, 800, 800, 80), 500);
         // Ten times the target (a pause): at most halved in one window.
-        assert_eq!(next_limit(&l, 800, 800, Duration::from_millis(500)), 400);
-        assert_eq!(next_limit(&l, 16, 16, Duration::from_millis(500)), 10, "the floor holds");
+        assert_eq!(at(&l, 800, 800, 500), 400);
+        assert_eq!(at(&l, 16, 16, 500), 10, "the floor holds");
     }
 
     #[test]
     fn fast_enough_grows_the_bound_only_when_it_held_requests_back() {
         let l = adaptive(10, 1_000, 50);
         // Well below the target and the bound reached: a quarter more.
-        assert_eq!(next_limit(&l, 400, 400, Duration::from_millis(10)), 500);
+        assert_eq!(at(&l, 400, 400, 10), 500);
         // Close to the target: a gentler step (the square root).
-        assert_eq!(next_limit(&l, 400, 380, Duration::from_millis(40)), 420);
+        assert_eq!(at(&l, 400, 380, 40), 420);
         // Few requests in flight: a fast replica with room to spare learns nothing of its bound.
-        assert_eq!(next_limit(&l, 400, 100, Duration::from_millis(10)), 400);
-        assert_eq!(next_limit(&l, 990, 990, Duration::from_millis(1)), 1_000, "the ceiling holds");
+        assert_eq!(at(&l, 400, 100, 10), 400);
+        assert_eq!(at(&l, 990, 990, 1), 1_000, "the ceiling holds");
     }
 
     #[test]

