@@ -52,6 +52,7 @@ pub mod names {
     /// Open loop at twice the closed-loop accepted rate: what is past capacity is shed with
     /// `503 BUSY`, the rest accepted.
     pub const OVERLOAD: &str = "overload";
+    pub const OVERLOAD_5X: &str = "overload-5x";
     /// The synchronous design: one transaction per buy on the same PostgreSQL.
     pub const SYNC: &str = "sync";
     /// Every unpaid order of a sale expiring at once, a spike running meanwhile.
@@ -257,7 +258,9 @@ pub fn targets(c: &Collected) -> Vec<Target> {
             "< 50 ms",
         ),
     });
-    t.extend(overload(c));
+    for o in &OVERLOADS {
+        t.extend(overload(c, o));
+    }
 
     t.push(match (c.report(SOLD_OUT), &hop) {
         (Some((s, sr)), Some((h, hr))) => {
@@ -425,24 +428,46 @@ impl OrderAnswers {
     }
 }
 
-/// The overload scenario's targets (open loop at twice the closed-loop accepted rate): every
-/// order call answered 202 or `503 BUSY`, the order p99 over all answers, the invariants.
-fn overload(c: &Collected) -> [Target; 3] {
+/// An overload scenario: its report's name, the multiple of drain's closed-loop accepted rate
+/// it offers, and the share of that rate it must still accept.
+pub(crate) struct Overload {
+    pub name: &'static str,
+    pub times: f64,
+    pub accepted_goal: f64,
+}
+
+pub(crate) const OVERLOADS: [Overload; 2] = [
+    Overload { name: names::OVERLOAD, times: 2.0, accepted_goal: 0.9 },
+    Overload { name: names::OVERLOAD_5X, times: 5.0, accepted_goal: 0.8 },
+];
+
+/// An overload scenario's targets (open loop at a multiple of the closed-loop accepted rate):
+/// every order call answered 202 or `503 BUSY`, the order p99 over all answers, the accepted
+/// rate against the closed loop's, the invariants.
+fn overload(c: &Collected, o: &Overload) -> [Target; 4] {
     const ANSWERS: &str = "all 202 or 503 BUSY";
-    let Some((r, _)) = c.report(names::OVERLOAD) else {
+    let name = o.name;
+    let times = o.times;
+    let accepted_goal = format!(">= {:.1}", o.accepted_goal);
+    let Some((r, _)) = c.report(name) else {
         return [
             missing(
-                "overload (open loop at 2 x the closed-loop accepted rate): every order call answered 202 or 503 BUSY",
+                &format!(
+                    "{name} (open loop at {times} x the closed-loop accepted rate): every order call answered 202 \
+                     or 503 BUSY"
+                ),
                 ANSWERS,
             ),
-            missing("overload: order p99, all answers", "< 100 ms"),
-            missing("overload: invariants hold", "all"),
+            missing(&format!("{name}: order p99, all answers"), "< 100 ms"),
+            missing(&format!("{name}: accepted buys/s vs the closed loop's (drain)"), &accepted_goal),
+            missing(&format!("{name}: invariants hold"), "all"),
         ];
     };
     let rate = r.params.get("rate").and_then(|v| v.as_f64()).unwrap_or(0.0);
-    let offered = match c.report(names::DRAIN).map(|(d, _)| accepted_per_sec(d)).filter(|d| *d > 0.0) {
+    let drain = c.report(names::DRAIN).map(|(d, _)| accepted_per_sec(d)).filter(|d| *d > 0.0);
+    let offered = match drain {
         Some(d) => format!("{:.2} x the closed-loop accepted rate of drain, {} /s", rate / d, n0(d)),
-        None => "2 x the closed-loop accepted rate".into(),
+        None => format!("{times} x the closed-loop accepted rate"),
     };
     let buy = r.buy.clone().unwrap_or_default();
     let a = OrderAnswers::of(r);
@@ -452,11 +477,12 @@ fn overload(c: &Collected) -> [Target; 3] {
         a.other.iter().map(|(o, n)| format!("{o} x{}", n0(*n as f64))).collect::<Vec<_>>().join(", ")
     };
     let p99 = order_p99(r);
+    let accepted = accepted_per_sec(r);
     let broken: Vec<&str> = r.invariants.iter().filter(|x| !x.ok).map(|x| x.name.as_str()).collect();
     [
         Target {
             what: format!(
-                "overload: open loop at {} buys/s ({offered}), {} connections, a 503 BUSY retried after its \
+                "{name}: open loop at {} buys/s ({offered}), {} connections, a 503 BUSY retried after its \
                  Retry-After (up to {} retries a click): every order call answered 202 or 503 BUSY (no timeouts, \
                  no other status)",
                 n0(rate),
@@ -470,7 +496,7 @@ fn overload(c: &Collected) -> [Target; 3] {
                 n0(a.accepted as f64),
                 n0(a.busy as f64),
                 n0(buy.ended_busy as f64),
-                n0(accepted_per_sec(r))
+                n0(accepted)
             ),
             against: String::new(),
             ratio: None,
@@ -478,7 +504,7 @@ fn overload(c: &Collected) -> [Target; 3] {
             met: Some(a.all_202_or_busy()),
         },
         Target {
-            what: "overload: order p99, all answers (202 and 503 BUSY, every try)".into(),
+            what: format!("{name}: order p99, all answers (202 and 503 BUSY, every try)"),
             measured: format!("{p99:.1} ms"),
             against: String::new(),
             ratio: None,
@@ -486,7 +512,15 @@ fn overload(c: &Collected) -> [Target; 3] {
             met: Some(p99 < 100.0),
         },
         Target {
-            what: "overload: invariants hold".into(),
+            what: format!("{name}: accepted buys/s vs the closed loop's (drain)"),
+            measured: format!("{} /s", n0(accepted)),
+            against: drain.map_or_else(String::new, |d| format!("drain {} /s", n0(d))),
+            ratio: drain.map(|d| accepted / d),
+            goal: accepted_goal,
+            met: drain.map(|d| accepted / d >= o.accepted_goal),
+        },
+        Target {
+            what: format!("{name}: invariants hold"),
             measured: match (r.invariants.len(), broken.is_empty()) {
                 (0, _) => "none checked".into(),
                 (n, true) => format!("all {n} hold"),
@@ -916,6 +950,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
         ACCEPT_AT_RATE,
         ACCEPT_SUSTAINED,
         OVERLOAD,
+        OVERLOAD_5X,
         STORM,
     ];
     let mut names: Vec<&String> =
@@ -1357,6 +1392,11 @@ mod tests {
                 "< 50 ms",
                 "all 202 or 503 BUSY",
                 "< 100 ms",
+                ">= 0.9",
+                "all",
+                "all 202 or 503 BUSY",
+                "< 100 ms",
+                ">= 0.8",
                 "all",
                 ">= 0.8",
                 ">= 0.5",
@@ -1576,6 +1616,24 @@ mod tests {
         assert_eq!((p99.measured.as_str(), p99.goal.as_str(), p99.met), ("60.0 ms", "< 100 ms", Some(true)));
         let inv = row(&t, "overload: invariants");
         assert_eq!((inv.measured.as_str(), inv.met), ("all 2 hold", Some(true)));
+        let kept = row(&t, "overload: accepted buys/s vs the closed loop's");
+        assert_eq!(
+            (kept.measured.as_str(), kept.goal.as_str(), kept.met),
+            ("4,400 /s", ">= 0.9", Some(true))
+        );
+        // Five times the rate, accepting 0.75 of the closed loop's: short of its 0.8.
+        assert_eq!(row(&t, "overload-5x: accepted buys/s").met, None, "not measured");
+        let mut five = overload_report(&[("202", 40_000), ("503", 90_000)], 90_000, 80.0, true);
+        five.name = names::OVERLOAD_5X.into();
+        five.drain = Some(crate::report::DrainSummary { accepted_per_sec: 3_329.0, ..Default::default() });
+        c.reports.insert(names::OVERLOAD_5X.into(), vec![five]);
+        let t = targets(&c);
+        assert_eq!(row(&t, "overload-5x: order p99").met, Some(true));
+        let kept = row(&t, "overload-5x: accepted buys/s");
+        assert_eq!(
+            (kept.ratio.map(|r| (r * 100.0).round()), kept.goal.as_str(), kept.met),
+            (Some(75.0), ">= 0.8", Some(false))
+        );
         let md = render(&c).unwrap();
         assert!(
             md.find(

@@ -374,7 +374,11 @@ mod tests {
         let l = adaptive(10, 1_000, 50);
         let slow =
             Measured { peak: 200, mean: Duration::from_millis(150), rate: 1_000.0, best_rate: 1_000.0 };
-        assert_eq!(next_limit(&l, l.latency_target, 200, slow), 100, "throughput kept: shrink (halved at most)");
+        assert_eq!(
+            next_limit(&l, l.latency_target, 200, slow),
+            100,
+            "throughput kept: shrink (halved at most)"
+        );
         // The same latency, and the throughput has fallen under the bound: the cores are taken
         // by something else (refusals), a lower bound only starves the replica.
         let starved = Measured { rate: 600.0, ..slow };
