@@ -332,7 +332,7 @@ fn retry_after(status: u16) -> utoipa::openapi::header::Header {
     let when = if status == 429 {
         "Always sent: seconds until the limit lets the next request through."
     } else {
-        "Sent with `BUSY` when a replica sheds load: seconds to wait before trying again."
+        "Sent with `BUSY` when a replica sheds load: seconds to wait before trying again, 1 to 10."
     };
     HeaderBuilder::new()
         .schema(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)))
@@ -409,8 +409,11 @@ const BUY_CLICK: Cases = &[
     ),
     (
         ErrorCode::Busy,
-        "More buy clicks in progress than this gateway replica (`overload.max_in_flight`) or the \
-         seckill-service replica (`seckill.max_in_flight`) takes: shed at once, with `Retry-After`.",
+        "More buy clicks in progress than this gateway replica or the seckill-service replica \
+         takes right now: shed at once. Each replica's bound follows the latency of the requests \
+         it lets through, up to `overload.max_in_flight` or `seckill.max_in_flight`; \
+         `Retry-After` is 1 to 10 s, longer the more buyers the replica is refusing for each one \
+         it serves.",
     ),
     (ErrorCode::NotStarted, "The sale has not started: the message says when it does."),
     (ErrorCode::Ended, "The sale has ended."),
@@ -441,8 +444,10 @@ errors!(ResultErrors: TOKEN, BAD_GOODS_ID, NO_SALE, &[
     (ErrorCode::RateLimited, "Over the user's polling limit (`rate_limit.poll`)."),
     (
         ErrorCode::Busy,
-        "More requests in progress than the seckill-service replica takes (`seckill.max_in_flight`): \
-         shed at once, with `Retry-After`.",
+        "More requests in progress than the seckill-service replica takes right now: shed at \
+         once. Its bound follows the latency of the requests it lets through, up to \
+         `seckill.max_in_flight`; `Retry-After` is 1 to 10 s, longer the more buyers it is \
+         refusing for each one it serves.",
     ),
     (ErrorCode::Unavailable, "Redis, stock-service or order-service did not answer: try again shortly."),
 ], FORWARDED);
