@@ -124,7 +124,7 @@ pub struct OverloadSettings {
 
 impl Default for OverloadSettings {
     fn default() -> Self {
-        Self { max_in_flight: 1_024, min_in_flight: 32, latency_target_ms: 50 }
+        Self { max_in_flight: 1_024, min_in_flight: 256, latency_target_ms: 50 }
     }
 }
 

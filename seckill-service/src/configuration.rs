@@ -89,7 +89,7 @@ impl Default for SeckillSettings {
             ended_grace_secs: 300,
             rebuild_settle_ms: 2_000,
             max_in_flight: 1_024,
-            min_in_flight: 32,
+            min_in_flight: 256,
             latency_target_ms: 100,
             batch_window_ms: 1,
             batch_max_requests: 50,
