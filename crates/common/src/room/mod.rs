@@ -18,8 +18,10 @@
 //! client fetches a new admission or challenge); `KeyTooShort` stops the service at start.
 
 mod draw;
+mod token;
 
 pub use draw::{Draw, ROUNDS};
+pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
 
 use crate::trust::MIN_KEY_BYTES;
 
@@ -40,4 +42,21 @@ pub enum RoomError {
     NotSolved,
     #[error("the room key is {0} bytes long; it needs at least {MIN_KEY_BYTES}")]
     KeyTooShort(usize),
+}
+
+#[cfg(test)]
+mod fixtures {
+    use super::RoomKey;
+    use crate::{GoodsId, UserId};
+
+    pub const K1: &str = "0123456789abcdef0123456789abcdef-room-one";
+    pub const K2: &str = "0123456789abcdef0123456789abcdef-room-two";
+
+    pub fn key(secret: &str) -> RoomKey {
+        RoomKey::new(secret.as_bytes()).unwrap()
+    }
+
+    pub fn ids(sale: i64, user: i64) -> (GoodsId, UserId) {
+        (GoodsId::new(sale).unwrap(), UserId::new(user).unwrap())
+    }
 }
