@@ -19,9 +19,11 @@
 
 mod draw;
 mod token;
+mod work;
 
 pub use draw::{Draw, ROUNDS};
 pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
+pub use work::{Challenge, MAX_DIFFICULTY};
 
 use crate::trust::MIN_KEY_BYTES;
 

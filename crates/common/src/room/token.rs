@@ -27,6 +27,7 @@ const DOMAIN: &[u8] = b"seckill/room/v1\n";
 pub(super) enum Kind {
     Ticket = b'p',
     Admission = b'a',
+    Challenge = b'c',
 }
 
 /// The key room tokens are sealed with: one per deployment, shared by the replicas that
