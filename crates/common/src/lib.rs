@@ -13,6 +13,7 @@ pub mod ids;
 pub mod keys;
 pub mod listing;
 pub mod ready;
+pub mod room;
 pub mod sale;
 pub mod scripts;
 pub mod telemetry;
