@@ -35,7 +35,8 @@ pub struct Gateway {
     pub last_readiness: LastReadiness,
     /// Sales seckill-service just called gone, answered here for a moment.
     pub closed: ClosedSales,
-    /// `overload.max_in_flight`: buy clicks forwarded and not yet answered.
+    /// `overload.*`: buy clicks forwarded and not yet answered, under a bound that follows
+    /// their latency.
     pub buys_in_flight: InFlight,
     /// The buyers' pages, kept in memory.
     pub storefront: Storefront,

@@ -36,6 +36,7 @@ pub struct AppState {
     pub retry_delay_ms: u64,
     /// `amqp.confirm_timeout_ms`: the longest a publish of a lost epoch may still land.
     pub confirm_timeout_ms: u64,
-    /// `seckill.max_in_flight`: the requests that reach Redis, at most this many at once.
+    /// `seckill.*_in_flight`: the requests that reach Redis, under a bound that follows their
+    /// latency.
     pub in_flight: InFlight,
 }

@@ -1,5 +1,5 @@
-//! Load shedding at the door: past `overload.max_in_flight` buy clicks waiting on
-//! seckill-service, a click is answered 503 `BUSY` with `Retry-After` at once, before the hop,
+//! Load shedding at the door: past the bound on buy clicks waiting on seckill-service
+//! (`overload.*_in_flight`, fixed here but in the last test), a click is answered 503 `BUSY` with `Retry-After` at once, before the hop,
 //! and before its token and its rate limit cost anything.
 
 use std::sync::atomic::Ordering;

@@ -61,7 +61,7 @@ pub async fn path_token(
 }
 
 /// `POST /api/seckill/{goods_id}/orders`: sold-out flag, a slot among the requests in flight
-/// (503 `BUSY` at once past `seckill.max_in_flight`), one reserve script in the buyer's bucket
+/// (503 `BUSY` at once past the bound, `seckill.*_in_flight`), one reserve script in the buyer's bucket
 /// (more only when that bucket ran dry: see [`reserve`]), a place in the next confirmed
 /// message (`batcher`), 202. Nothing here touches the database.
 #[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id, request_id))]

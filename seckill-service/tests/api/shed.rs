@@ -1,5 +1,5 @@
-//! Load shedding: past `seckill.max_in_flight` requests at once, a buyer is told 503 `BUSY` at
-//! once, and what they hold (their path token, the stock) is untouched.
+//! Load shedding: past the bound on requests at once (fixed here at 2: `seckill.min_in_flight`
+//! = `max_in_flight`), a buyer is told 503 `BUSY` at once, and what they hold (their path token, the stock) is untouched.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
