@@ -431,14 +431,15 @@ mod tests {
     fn slow_requests_bring_the_bound_down_and_fast_ones_up_again() {
         let bound = InFlight::new(adaptive(4, 64, 20), "test", "test_shed_total");
         assert_eq!(bound.limit(), 64, "starts at its ceiling: a cold replica takes an opening burst");
-        // Requests that take about three times the target: the bound falls towards the floor.
+        // Four requests at a time that take about three times the target: a replica whose
+        // requests queue (its rate holds whatever the bound), so the bound falls to the floor.
         for _ in 0..6 {
-            let slots: Vec<Slot> = (0..bound.limit()).map(|_| bound.enter("r").unwrap()).collect();
+            let slots: Vec<Slot> = (0..4).map(|_| bound.enter("r").unwrap()).collect();
             std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
             drop(slots);
         }
         let low = bound.limit();
-        assert!(low < 32, "the bound came down: {low}");
+        assert!(low <= 8, "the bound came down: {low}");
         assert!(bound.enter("r").is_ok());
         // Quick requests that fill the bound: it climbs back.
         for _ in 0..40 {
