@@ -11,9 +11,14 @@
 //! met the target); below it, and only if the bound was what held the requests back, it grows.
 //! One fixed number would be wrong on every machine but one: too high and the excess queues
 //! inside the replica for seconds, too low and a bigger machine refuses buyers it could serve.
+//! Two refinements (docs/DECISIONS.md, "Adaptive admission"): the target rises to twice the
+//! replica's own latency when nothing is held back, so a slow machine at its normal load
+//! refuses nobody; and a bound under which throughput falls is grown, not shrunk, since a storm
+//! of refusals keeps latency high at any bound. `Retry-After` follows the refusals per request
+//! served, so the refused come back spread over the time the replica needs for them.
 //!
-//! Everything is atomics: a request costs a few uncontended-in-spirit atomic adds, and once a
-//! window the one request that closes it recomputes the bound.
+//! Everything is atomics: a request costs a few atomic adds, and once a window the one request
+//! that closes it recomputes the bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
