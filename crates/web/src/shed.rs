@@ -147,6 +147,8 @@ struct Window {
 pub struct Slot {
     inner: Arc<Inner>,
     entered: Instant,
+    /// Whether its latency and its end count in the window (see [`InFlight::enter_unmeasured`]).
+    measured: bool,
 }
 
 impl InFlight {
@@ -178,6 +180,17 @@ impl InFlight {
 
     /// A slot for one request of `route`, or 503 `BUSY` when the bound is reached. Never waits.
     pub fn enter(&self, route: &'static str) -> Result<Slot, ApiError> {
+        self.take(route, true)
+    }
+
+    /// A slot whose latency the bound does not learn from: a kind of request far quicker than
+    /// the ones the bound is for (a result poll beside the orders), whose many fast answers
+    /// would pull the mean down and hide the orders' queueing. It still counts in flight.
+    pub fn enter_unmeasured(&self, route: &'static str) -> Result<Slot, ApiError> {
+        self.take(route, false)
+    }
+
+    fn take(&self, route: &'static str, measured: bool) -> Result<Slot, ApiError> {
         let inner = &self.inner;
         let now = inner.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         if now > inner.limit.load(Ordering::Relaxed) {
@@ -185,7 +198,7 @@ impl InFlight {
             return Err(self.busy(route));
         }
         inner.window.peak.fetch_max(now, Ordering::Relaxed);
-        Ok(Slot { inner: inner.clone(), entered: Instant::now() })
+        Ok(Slot { inner: inner.clone(), entered: Instant::now(), measured })
     }
 
     /// 503 `BUSY` when the bound is reached right now, without taking a slot: the first thing
@@ -225,6 +238,9 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let inner = &self.inner;
         inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if !self.measured {
+            return;
+        }
         let ended = Instant::now();
         let took = ended.duration_since(self.entered).as_micros().min(u128::from(u32::MAX)) as u64;
         inner.window.latency_us.fetch_add(took, Ordering::Relaxed);
@@ -459,6 +475,26 @@ mod tests {
             }
         }
         assert_eq!(bound.limit(), 64, "the bound climbed back to its ceiling");
+    }
+
+    #[test]
+    fn an_unmeasured_slot_counts_in_flight_but_teaches_the_bound_nothing() {
+        let bound = InFlight::new(adaptive(8, 64, 20), "test", "test_shed_total");
+        // Slow measured requests beside a flood of instant unmeasured ones: the mean the bound
+        // sees is the slow ones', so it comes down as if the flood were not there.
+        for _ in 0..6 {
+            let slots: Vec<Slot> = (0..2).map(|_| bound.enter("order").unwrap()).collect();
+            let polls: Vec<Slot> = (0..4).map(|_| bound.enter_unmeasured("result").unwrap()).collect();
+            assert_eq!(bound.current(), 6, "both kinds count in flight");
+            drop(polls);
+            for _ in 0..1_000 {
+                drop(bound.enter_unmeasured("result").unwrap());
+            }
+            std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
+            drop(slots);
+        }
+        assert!(bound.limit() <= 16, "the bound came down: {}", bound.limit());
+        assert_eq!(bound.current(), 0);
     }
 
     #[test]
