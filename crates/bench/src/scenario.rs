@@ -86,7 +86,8 @@ pub struct ScenarioConfig {
     /// `sold-out`: how long to hammer.
     pub duration: Option<Duration>,
     /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
-    /// start). `None`: closed loop, each connection clicks again as soon as it is answered.
+    /// start). `None`: closed loop, each connection clicks again as soon as it is answered
+    /// (after the `Retry-After` of a `503 BUSY` it retries: a connection is one buyer).
     pub rate: Option<f64>,
     /// Present a path token with each order (off for `seckill.require_token=false`).
     pub path_token: bool,
