@@ -284,9 +284,7 @@ impl Inner {
         }
         metrics::gauge!("admission_in_flight", "bound" => self.name).set(peak as f64);
     }
-}
 
-impl Inner {
     /// `Retry-After` from how many requests were refused for each one let through: the
     /// refused of a second need about that many seconds of what the replica completes to be
     /// served, so told to come back then they return spread over the time it can take them,
@@ -303,9 +301,7 @@ impl Inner {
         let secs = (average.ceil() as u64).clamp(MIN_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS);
         self.retry_after_secs.store(secs, Ordering::Relaxed);
     }
-}
 
-impl Inner {
     /// The latency the bound aims at: `latency_target`, or more on a replica whose requests
     /// take longer than that even when the bound holds nothing back (a slower machine, a
     /// farther Redis): about [`TOLERANCE`] times what they take then, learned from the windows
@@ -321,9 +317,7 @@ impl Inner {
         let target = self.limits.latency_target;
         baseline.mul_f64(TOLERANCE).clamp(target, target.mul_f64(TOLERANCE * TOLERANCE))
     }
-}
 
-impl Inner {
     /// This window's completion rate and the best of the last seconds (a maximum that decays
     /// by half in about three seconds, so a replica that really got slower learns it).
     fn rates(&self, rate: f64) -> (f64, f64) {
