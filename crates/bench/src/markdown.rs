@@ -430,13 +430,13 @@ impl OrderAnswers {
 
 /// An overload scenario: its report's name, the multiple of drain's closed-loop accepted rate
 /// it offers, and the share of that rate it must still accept.
-pub(crate) struct Overload {
-    pub name: &'static str,
-    pub times: f64,
-    pub accepted_goal: f64,
+struct Overload {
+    name: &'static str,
+    times: f64,
+    accepted_goal: f64,
 }
 
-pub(crate) const OVERLOADS: [Overload; 2] = [
+const OVERLOADS: [Overload; 2] = [
     Overload { name: names::OVERLOAD, times: 2.0, accepted_goal: 0.9 },
     Overload { name: names::OVERLOAD_5X, times: 5.0, accepted_goal: 0.8 },
 ];

@@ -118,10 +118,9 @@ struct Inner {
     shed_metric: &'static str,
     in_flight: AtomicUsize,
     limit: AtomicUsize,
-    /// The running average of refusals per request let through and completed (`f64` bits),
-    /// and the `Retry-After` it gives.
+    /// The running average of refusals per request let through and completed (`f64` bits):
+    /// `Retry-After` is it, rounded up.
     refused_per_completed: AtomicU64,
-    retry_after_secs: AtomicU64,
     /// The mean latency of recent windows in which the bound held nothing back, in µs (0:
     /// none yet).
     baseline_us: AtomicU64,
@@ -162,7 +161,6 @@ impl InFlight {
             in_flight: AtomicUsize::new(0),
             limit: AtomicUsize::new(limits.max),
             refused_per_completed: AtomicU64::new(0f64.to_bits()),
-            retry_after_secs: AtomicU64::new(MIN_RETRY_AFTER_SECS),
             baseline_us: AtomicU64::new(0),
             best_rate: AtomicU64::new(0f64.to_bits()),
             epoch: Instant::now(),
@@ -223,7 +221,8 @@ impl InFlight {
 
     /// What a refused request is told to wait now, in seconds.
     pub fn retry_after_secs(&self) -> u64 {
-        self.inner.retry_after_secs.load(Ordering::Relaxed)
+        let average = f64::from_bits(self.inner.refused_per_completed.load(Ordering::Relaxed));
+        (average.ceil() as u64).clamp(MIN_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS)
     }
 
     fn busy(&self, route: &'static str) -> ApiError {
@@ -268,7 +267,7 @@ impl Inner {
         let refused = self.window.refused.swap(0, Ordering::AcqRel);
         let latency_us = self.window.latency_us.swap(0, Ordering::AcqRel);
         let peak = self.window.peak.swap(self.in_flight.load(Ordering::Relaxed), Ordering::AcqRel);
-        self.set_retry_after(refused, ended);
+        self.learn_refusals(refused, ended);
         if ended == 0 || !self.limits.adaptive() {
             return;
         }
@@ -276,7 +275,8 @@ impl Inner {
         let limit = self.limit.load(Ordering::Relaxed);
         let target = self.target(held_back(limit, peak), mean, ended);
         let window = Duration::from_micros(now_us - opened).as_secs_f64();
-        let (rate, best_rate) = self.rates(ended as f64 / window);
+        let rate = ended as f64 / window;
+        let best_rate = self.best_rate(rate);
         let next = next_limit(&self.limits, target, limit, Measured { peak, mean, rate, best_rate });
         if next != limit {
             self.limit.store(next, Ordering::Relaxed);
@@ -285,21 +285,19 @@ impl Inner {
         metrics::gauge!("admission_in_flight", "bound" => self.name).set(peak as f64);
     }
 
-    /// `Retry-After` from how many requests were refused for each one let through: the
+    /// What `Retry-After` follows: how many requests were refused for each one let through: the
     /// refused of a second need about that many seconds of what the replica completes to be
     /// served, so told to come back then they return spread over the time it can take them,
     /// not all at the next second to be refused again (at five times the sustainable rate, a
     /// one-second wait makes every refused buyer a request a second: a storm of refusals
     /// that takes the cores from the work).
-    fn set_retry_after(&self, refused: u64, ended: u64) {
+    fn learn_refusals(&self, refused: u64, ended: u64) {
         // One window's ratio counts up to the ceiling: after a storm the wait comes back down
         // within a second of windows, however wild the storm was.
         let ratio = (refused as f64 / ended.max(1) as f64).min(MAX_RETRY_AFTER_SECS as f64);
         let average = f64::from_bits(self.refused_per_completed.load(Ordering::Relaxed));
         let average = average + RATIO_WEIGHT * (ratio - average);
         self.refused_per_completed.store(average.to_bits(), Ordering::Relaxed);
-        let secs = (average.ceil() as u64).clamp(MIN_RETRY_AFTER_SECS, MAX_RETRY_AFTER_SECS);
-        self.retry_after_secs.store(secs, Ordering::Relaxed);
     }
 
     /// The latency the bound aims at: `latency_target`, or more on a replica whose requests
@@ -318,13 +316,13 @@ impl Inner {
         baseline.mul_f64(TOLERANCE).clamp(target, target.mul_f64(TOLERANCE * TOLERANCE))
     }
 
-    /// This window's completion rate and the best of the last seconds (a maximum that decays
-    /// by half in about three seconds, so a replica that really got slower learns it).
-    fn rates(&self, rate: f64) -> (f64, f64) {
-        let best = f64::from_bits(self.best_rate.load(Ordering::Relaxed)) * BEST_RATE_DECAY;
-        let best = best.max(rate);
+    /// The best completion rate of the last seconds, this window's `rate` included (a maximum
+    /// that decays by half in about three seconds, so a replica that really got slower learns
+    /// it).
+    fn best_rate(&self, rate: f64) -> f64 {
+        let best = (f64::from_bits(self.best_rate.load(Ordering::Relaxed)) * BEST_RATE_DECAY).max(rate);
         self.best_rate.store(best.to_bits(), Ordering::Relaxed);
-        (rate, best)
+        best
     }
 }
 
@@ -442,17 +440,24 @@ mod tests {
         assert_eq!(at(&l, 990, 990, 1), 1_000, "the ceiling holds");
     }
 
+    /// Six windows of `n` measured requests that each take about 60 ms; `meanwhile` runs while
+    /// they are held.
+    fn slow_windows(bound: &InFlight, n: usize, meanwhile: impl Fn()) {
+        for _ in 0..6 {
+            let slots: Vec<Slot> = (0..n).map(|_| bound.enter("order").unwrap()).collect();
+            meanwhile();
+            std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
+            drop(slots);
+        }
+    }
+
     #[test]
     fn slow_requests_bring_the_bound_down_and_fast_ones_up_again() {
         let bound = InFlight::new(adaptive(4, 64, 20), "test", "test_shed_total");
         assert_eq!(bound.limit(), 64, "starts at its ceiling: a cold replica takes an opening burst");
         // Four requests at a time that take about three times the target: a replica whose
         // requests queue (its rate holds whatever the bound), so the bound falls to the floor.
-        for _ in 0..6 {
-            let slots: Vec<Slot> = (0..4).map(|_| bound.enter("r").unwrap()).collect();
-            std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
-            drop(slots);
-        }
+        slow_windows(&bound, 4, || {});
         let low = bound.limit();
         assert!(low <= 8, "the bound came down: {low}");
         assert!(bound.enter("r").is_ok());
@@ -476,17 +481,14 @@ mod tests {
         let bound = InFlight::new(adaptive(8, 64, 20), "test", "test_shed_total");
         // Slow measured requests beside a flood of instant unmeasured ones: the mean the bound
         // sees is the slow ones', so it comes down as if the flood were not there.
-        for _ in 0..6 {
-            let slots: Vec<Slot> = (0..2).map(|_| bound.enter("order").unwrap()).collect();
+        slow_windows(&bound, 2, || {
             let polls: Vec<Slot> = (0..4).map(|_| bound.enter_unmeasured("result").unwrap()).collect();
             assert_eq!(bound.current(), 6, "both kinds count in flight");
             drop(polls);
             for _ in 0..1_000 {
                 drop(bound.enter_unmeasured("result").unwrap());
             }
-            std::thread::sleep(WINDOW.max(Duration::from_millis(60)));
-            drop(slots);
-        }
+        });
         assert!(bound.limit() <= 16, "the bound came down: {}", bound.limit());
         assert_eq!(bound.current(), 0);
     }
@@ -497,7 +499,7 @@ mod tests {
         assert_eq!(bound.retry_after_secs(), 1, "nothing refused yet: one second");
         // Four refused for each one served, window after window: come back in about four seconds.
         for _ in 0..60 {
-            bound.inner.set_retry_after(400, 100);
+            bound.inner.learn_refusals(400, 100);
         }
         assert_eq!(bound.retry_after_secs(), 4);
         let err = bound.enter("r").map(drop).and_then(|()| {
@@ -507,12 +509,12 @@ mod tests {
         assert_eq!(err.unwrap_err().retry_after_secs, Some(4), "the refusal says so");
         // A storm far past it: never more than the ceiling.
         for _ in 0..60 {
-            bound.inner.set_retry_after(100_000, 10);
+            bound.inner.learn_refusals(100_000, 10);
         }
         assert_eq!(bound.retry_after_secs(), MAX_RETRY_AFTER_SECS);
         // The overload over: back to one second within a few seconds of windows.
         for _ in 0..100 {
-            bound.inner.set_retry_after(0, 100);
+            bound.inner.learn_refusals(0, 100);
         }
         assert_eq!(bound.retry_after_secs(), 1);
     }
