@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::ids::{GoodsId, OrderId, UserId};
+use crate::room::WaitingRoom;
 use crate::sale::{NameError, SaleName, SaleTime};
 
 /// A sale's goods, as `GET /api/goods` shows them.
@@ -31,6 +32,9 @@ pub struct Goods {
     #[serde(default = "one_bucket")]
     #[schema(minimum = 1, maximum = 8)]
     pub buckets: u8,
+    /// The sale's waiting room, or null when buyers go straight to the buy routes.
+    #[serde(default)]
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 /// The most stock buckets a sale may have.
@@ -103,6 +107,11 @@ pub struct NewGoods {
     #[serde(default = "one_bucket")]
     #[schema(minimum = 1, maximum = 8)]
     pub buckets: u8,
+    /// A waiting room in front of the sale (default none): buyers join it, get a place (drawn
+    /// at random at the opening for all who joined before), and are admitted to buy in order at
+    /// the room's rate. Only for a sale that has not started.
+    #[serde(default)]
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 /// The most units one sale may hold: far above any flash sale, low enough that no sum overflows.
@@ -167,6 +176,11 @@ impl NewGoods {
     /// Checks each field, then the fields against each other, before anything is written: a
     /// value the database could not store is refused here as the client's mistake.
     pub fn validate(&self) -> Result<ValidGoods, InvalidGoods> {
+        self.validate_at(Utc::now())
+    }
+
+    /// [`NewGoods::validate`] as of `now` (a waiting room needs a sale not started).
+    pub fn validate_at(&self, now: DateTime<Utc>) -> Result<ValidGoods, InvalidGoods> {
         let name = SaleName::parse(&self.name)?;
         if self.price_cents < 0 || self.seckill_price_cents < 0 {
             return Err(InvalidGoods("price_cents and seckill_price_cents must not be negative".into()));
@@ -184,6 +198,16 @@ impl NewGoods {
         }
         if !(1..=MAX_BUCKETS).contains(&self.buckets) {
             return Err(InvalidGoods(format!("buckets must be between 1 and {MAX_BUCKETS}")));
+        }
+        if let Some(room) = &self.waiting_room {
+            if let Some(why) = room.invalid() {
+                return Err(InvalidGoods(why));
+            }
+            if self.start_at <= now {
+                return Err(InvalidGoods(
+                    "waiting_room needs a sale that has not started: start_at is past".into(),
+                ));
+            }
         }
         Ok(ValidGoods(NewGoods { name: name.to_string(), ..self.clone() }))
     }
@@ -528,6 +552,7 @@ mod tests {
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
             buckets: 1,
+            waiting_room: None,
         }
     }
 
@@ -556,6 +581,7 @@ mod tests {
             "end_at": "2026-01-02T00:00:00Z"}))
         .unwrap();
         assert_eq!(parsed.buckets, 1, "one bucket unless asked");
+        assert_eq!(parsed.waiting_room, None, "no waiting room unless asked");
     }
 
     #[test]
@@ -634,6 +660,25 @@ mod tests {
         // An escaped NUL parses (JSON allows it); validation refuses it.
         let parsed: NewGoods = serde_json::from_str(&body(r"a\u0000b", "2030-01-01T00:00:00Z")).unwrap();
         assert!(parsed.validate().unwrap_err().to_string().starts_with("name "));
+    }
+
+    #[test]
+    fn a_waiting_room_is_checked_and_only_for_a_sale_not_started() {
+        use crate::room::RoomRate;
+        let mut g = new_goods();
+        g.waiting_room = Some(WaitingRoom {
+            rate: RoomRate::PerSec(100),
+            opens_before_secs: 600,
+            admission_secs: 120,
+            pow_difficulty: 0,
+        });
+        let before = g.start_at - chrono::Duration::seconds(1);
+        assert!(g.validate_at(before).is_ok());
+        let message = g.validate_at(g.start_at).unwrap_err().to_string();
+        assert!(message.starts_with("waiting_room "), "{message}");
+        g.waiting_room = g.waiting_room.map(|r| WaitingRoom { admission_secs: 5, ..r });
+        let message = g.validate_at(before).unwrap_err().to_string();
+        assert!(message.starts_with("waiting_room.admission_secs"), "{message}");
     }
 
     #[test]

@@ -46,11 +46,13 @@ pub enum ErrorCode {
     UpstreamUnavailable,
     UpstreamTimeout,
     Internal,
+    NoWaitingRoom,
+    NotAdmitted,
 }
 
 impl ErrorCode {
     /// Every code, for whatever must say something of each (the storefront's sentences).
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 28] = [
         Self::InvalidInput,
         Self::PayloadTooLarge,
         Self::HeadersTooLarge,
@@ -77,6 +79,8 @@ impl ErrorCode {
         Self::UpstreamUnavailable,
         Self::UpstreamTimeout,
         Self::Internal,
+        Self::NoWaitingRoom,
+        Self::NotAdmitted,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -107,6 +111,8 @@ impl ErrorCode {
             Self::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
             Self::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             Self::Internal => "INTERNAL",
+            Self::NoWaitingRoom => "NO_WAITING_ROOM",
+            Self::NotAdmitted => "NOT_ADMITTED",
         }
     }
 
@@ -115,8 +121,8 @@ impl ErrorCode {
         match self {
             Self::InvalidInput => 400,
             Self::Unauthorized => 401,
-            Self::Forbidden | Self::BadToken => 403,
-            Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound => 404,
+            Self::Forbidden | Self::BadToken | Self::NotAdmitted => 403,
+            Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound | Self::NoWaitingRoom => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
             Self::Repeated
@@ -166,9 +172,9 @@ mod tests {
                 | Unauthorized | Forbidden | NotFound | MethodNotAllowed | GoodsNotFound | OrderNotFound
                 | NotStarted | Ended | SoldOut | Repeated | BadToken | RateLimited | OutOfStock
                 | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy | Unavailable
-                | UpstreamUnavailable | UpstreamTimeout | Internal => {}
+                | UpstreamUnavailable | UpstreamTimeout | Internal | NoWaitingRoom | NotAdmitted => {}
             }
         }
-        assert_eq!(ErrorCode::ALL.len(), Internal as usize + 1, "the last code last");
+        assert_eq!(ErrorCode::ALL.len(), NotAdmitted as usize + 1, "the last code last");
     }
 }

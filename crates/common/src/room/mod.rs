@@ -17,10 +17,15 @@
 //! 403 `BAD_TOKEN` for `BadSignature`, `WrongSale`, `WrongUser`, `Expired` and `NotSolved` (the
 //! client fetches a new admission or challenge); `KeyTooShort` stops the service at start.
 
+mod bodies;
 mod draw;
 mod token;
 mod work;
 
+pub use bodies::{
+    ADMISSION_SECS, AutoRate, MAX_OPENS_BEFORE_SECS, MAX_POW_DIFFICULTY, MAX_RATE, QueueDraw, QueueJoin, QueueState,
+    QueueStatus, RoomMarks, RoomRate, WaitingRoom,
+};
 pub use draw::{Draw, ROUNDS};
 pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
 pub use work::{Challenge, MAX_DIFFICULTY};
