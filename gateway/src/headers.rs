@@ -30,7 +30,7 @@ use actix_web::HttpResponseBuilder;
 use actix_web::http::header as actix;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use seckill_common::ErrorCode;
-use seckill_common::headers::{REQUEST_ID, SECKILL_TOKEN};
+use seckill_common::headers::{REQUEST_ID, ROOM_ADMISSION, ROOM_TICKET, SECKILL_TOKEN};
 use seckill_common::listing::NEXT_CURSOR;
 use seckill_web::ApiError;
 
@@ -48,6 +48,11 @@ pub const TO_UPSTREAM: &[Allowed] = &[
         why: "the services' JSON extractors refuse a body that does not say it is JSON",
     },
     Allowed { name: SECKILL_TOKEN, why: "the path token a buy presents; seckill-service checks it" },
+    Allowed { name: ROOM_TICKET, why: "the place ticket a waiting buyer asks where they stand with" },
+    Allowed {
+        name: ROOM_ADMISSION,
+        why: "the waiting room's admission a buy presents on a sale with a room",
+    },
 ];
 
 /// The service's response headers that travel back to the client. Nothing else does.

@@ -21,8 +21,8 @@ use crate::state::Gateway;
 use crate::storefront::{self, Storefront};
 
 /// One public route: the one list that both registers the routes and is checked against the
-/// OpenAPI document, so no route goes undocumented. One method a path: a second entry with
-/// the same path would never be reached (the first one's resource answers 405).
+/// OpenAPI document, so no route goes undocumented. The methods of one path share one
+/// resource (registered where the path first appears), and its other methods answer 405.
 #[derive(Debug, Clone)]
 pub struct PublicRoute {
     pub method: Method,
@@ -123,6 +123,10 @@ pub const ROUTES: &[PublicRoute] = &[
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/orders", Handler::Buy),
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/token", Handler::Buy),
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/result", Handler::Poll),
+    // A sale's waiting room: joining takes from the buy limit, asking where one stands from
+    // the polling one.
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Buy),
+    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/queue", Handler::Poll),
     PublicRoute::new(Method::POST, "/api/auth/dev-token", Handler::DevToken),
     PublicRoute::new(Method::GET, "/readyz", Handler::Readyz),
     PublicRoute::new(Method::GET, "/api/goods", Handler::PublicStock),
@@ -151,27 +155,37 @@ pub const ROUTES: &[PublicRoute] = &[
 /// so with it off the path is an ordinary 404.
 pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_tokens: bool) {
     cfg.app_data(gateway).app_data(web::Data::from(openapi::published(dev_tokens)));
-    for route in ROUTES.iter().filter(|route| dev_tokens || !route.dev_only()) {
+    let registered = ROUTES.iter().filter(|route| dev_tokens || !route.dev_only());
+    for (i, route) in registered.clone().enumerate() {
+        if registered.clone().take(i).any(|earlier| earlier.path == route.path) {
+            continue;
+        }
+        let same_path: Vec<&'static PublicRoute> =
+            registered.clone().filter(|r| r.path == route.path).collect();
         match route.access() {
-            Access::Anonymous => cfg.service(anonymous(route)),
-            Access::Probe | Access::Page | Access::User | Access::Admin => {
-                cfg.service(resource(route).route(route.route()))
-            }
+            Access::Anonymous => cfg.service(anonymous(&same_path)),
+            Access::Probe | Access::Page | Access::User | Access::Admin => cfg.service(resource(&same_path)),
         };
     }
 }
 
-/// A route's resource, whose other methods get a JSON 405 naming the route's one method in
-/// `Allow` instead of actix's empty 405.
-fn resource(route: &'static PublicRoute) -> Resource {
-    let allow = route.method.as_str();
-    web::resource(route.path).default_service(web::to(move || async move { method_not_allowed(allow) }))
+/// The resource of one path and its routes (one per method), whose other methods get a JSON
+/// 405 naming the path's methods in `Allow` instead of actix's empty 405.
+fn resource(routes: &[&'static PublicRoute]) -> Resource {
+    let allow: &'static str =
+        Box::leak(routes.iter().map(|r| r.method.as_str()).collect::<Vec<_>>().join(", ").into_boxed_str());
+    let mut resource = web::resource(routes[0].path)
+        .default_service(web::to(move || async move { method_not_allowed(allow) }));
+    for route in routes {
+        resource = resource.route(route.route());
+    }
+    resource
 }
 
 /// A route anyone may call without a token: limited per client address, before anything of
 /// the request (its body) is read.
-fn anonymous(route: &'static PublicRoute) -> impl HttpServiceFactory {
-    resource(route).route(route.route()).wrap(from_fn(anonymous_limit))
+fn anonymous(routes: &[&'static PublicRoute]) -> impl HttpServiceFactory {
+    resource(routes).wrap(from_fn(anonymous_limit))
 }
 
 async fn anonymous_limit(
@@ -255,7 +269,7 @@ async fn public_stock(
     gateway.pass(Service::Stock, &req, payload, None).await
 }
 
-/// `POST /api/seckill/{id}/token|orders`: a token and the user's buy limit.
+/// `POST /api/seckill/{id}/token|orders|queue`: a token and the user's buy limit.
 async fn buy(
     req: HttpRequest,
     payload: web::Payload,
@@ -264,7 +278,7 @@ async fn buy(
     gateway.pass_buy(&req, payload).await
 }
 
-/// `GET /api/seckill/{id}/result`: a token and the user's polling limit.
+/// `GET /api/seckill/{id}/result|queue`: a token and the user's polling limit.
 async fn poll(
     req: HttpRequest,
     payload: web::Payload,

@@ -7,6 +7,7 @@
 use redis::AsyncCommands;
 use seckill_common::api::ActiveOrder;
 use seckill_common::keys::{RedisKeys, SaleBucket};
+use seckill_common::room::scripts as room;
 use seckill_common::scripts::{self, Epoch, StoredResult};
 use seckill_common::{GoodsId, UserId};
 use seckill_infra::redis::{Redis, RedisUse, Scripts, pipelined};
@@ -67,8 +68,28 @@ pub const REDIS_USE: RedisUse = RedisUse {
         scripts::TRANSFER_TAKE,
         scripts::TRANSFER_GIVE,
         scripts::TRANSFER_SETTLE,
+        room::JOIN,
+        room::LOAD,
+        room::RAISE_CAP,
+        room::CLOSE,
+        room::DRAWN,
+        room::LEAD,
+        room::ADVANCE,
     ],
-    commands: &["get", "set", "del", "exists", "zrem", "zrangebyscore", "hsetnx", "hgetall"],
+    commands: &[
+        "get",
+        "set",
+        "del",
+        "exists",
+        "zrem",
+        "zrangebyscore",
+        "hsetnx",
+        "hgetall",
+        "hget",
+        "hmget",
+        "lrange",
+        "incr",
+    ],
 };
 
 pub struct Gate {

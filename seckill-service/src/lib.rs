@@ -11,6 +11,7 @@ pub mod confirmations;
 pub mod gate;
 pub mod reconcile;
 pub mod restore;
+pub mod room;
 pub mod routes;
 pub mod sales;
 pub mod startup;

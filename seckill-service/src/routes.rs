@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod buy;
+pub mod queue;
 pub mod sale;
 
 use actix_web::{HttpResponse, web};
@@ -15,6 +16,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/seckill/{goods_id}/orders", web::post().to(buy::order))
         .route("/api/seckill/{goods_id}/token", web::post().to(buy::path_token))
         .route("/api/seckill/{goods_id}/result", web::get().to(buy::result))
+        .route("/api/seckill/{goods_id}/queue", web::get().to(queue::status))
+        .route("/api/seckill/{goods_id}/queue", web::post().to(queue::join))
         .route("/api/seckill/{goods_id}/state", web::get().to(sale::sale_state))
         .route("/readyz", web::get().to(readyz))
         .route("/api/admin/goods", web::post().to(admin::create_sale))

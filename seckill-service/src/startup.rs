@@ -19,9 +19,10 @@ use crate::buckets::Transfers;
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
+use crate::room::{RoomStore, Rooms};
 use crate::sales::SaleBook;
 use crate::state::AppState;
-use crate::{broadcast, reconcile, restore, routes};
+use crate::{broadcast, reconcile, restore, room, routes};
 
 /// How the binary runs the service (`seckill_web::runner`).
 impl Service for Settings {
@@ -61,7 +62,9 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let lifecycle = Lifecycle::new();
     let redis = seckill_infra::redis::connect(&settings.redis)?;
     let keys = RedisKeys::new(settings.redis.key_prefix.clone());
+    let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let transfers = Transfers::new(redis.clone(), keys.clone());
+    let rooms = Rooms::new(room_key(&settings)?, RoomStore::new(redis.clone(), keys.clone(), stock.clone()));
     let gate = Arc::new(Gate::new(redis, keys));
     let loading = gate.clone();
     let (scripts, loading) = seckill_infra::redis::load_scripts_in_background(move || {
@@ -69,7 +72,6 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         async move { gate.load_scripts().await }
     });
     lifecycle.spawn_start_up(scripts.clone(), loading);
-    let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let names = AmqpNames::new(settings.amqp.prefix.clone());
     let broker = broker_use(&names);
     let publisher = Arc::new(broker.unconnected_publisher(&settings.amqp, SERVICE, trust.clone())?);
@@ -104,6 +106,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         retry_delay_ms: settings.amqp.retry_delay_ms,
         confirm_timeout_ms: settings.amqp.confirm_timeout_ms,
         in_flight: InFlight::new(settings.seckill.limits()?, "seckill", "seckill_requests_shed_total"),
+        rooms,
     });
 
     // Warm-up in the background: a stock-service still starting must not stop this one; a
@@ -116,6 +119,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
         }
     });
     lifecycle.spawn(reconcile::run(state.clone(), lifecycle.cancel.clone()));
+    lifecycle.spawn(room::ticker::run(state.clone(), lifecycle.cancel.clone()));
     let restocks = broker.consumer(
         format!("{SERVICE}-restock"),
         Source::Queue(names.restock_queue()),
@@ -146,4 +150,17 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     lifecycle.at_shutdown(async move { closing.publisher.close().await });
 
     seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
+}
+
+/// The key the waiting rooms' tickets and admissions are sealed with, derived from the key
+/// the replicas already share (`trust.send.seckill`, which signs their broadcasts): only
+/// seckill-service replicas issue and check room tokens, and a derived key is a key no link
+/// signature can be mistaken for.
+fn room_key(settings: &Settings) -> anyhow::Result<seckill_common::room::RoomKey> {
+    let link = settings
+        .trust
+        .send
+        .get(Peer::Seckill.as_str())
+        .ok_or_else(|| anyhow::anyhow!("trust.send.seckill is not set"))?;
+    Ok(seckill_common::room::RoomKey::derive(link.as_bytes())?)
 }

@@ -14,6 +14,7 @@ use crate::buckets::Transfers;
 use crate::configuration::SeckillSettings;
 use crate::confirmations::Confirmations;
 use crate::gate::Gate;
+use crate::room::Rooms;
 use crate::sales::SaleBook;
 
 pub struct AppState {
@@ -39,4 +40,6 @@ pub struct AppState {
     /// `seckill.*_in_flight`: the requests that reach Redis, under a bound that follows their
     /// latency.
     pub in_flight: InFlight,
+    /// The waiting rooms of the sales that have one.
+    pub rooms: Rooms,
 }

@@ -48,6 +48,7 @@ fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
         start_at,
         end_at,
         buckets,
+        waiting_room: None,
     })
 }
 

@@ -186,6 +186,34 @@ impl RedisKeys {
         format!("{}seckill:{{{}}}:transfers:in", self.prefix, at.tag())
     }
 
+    /// A sale's waiting room: its counts, caps and admissions (`room::scripts` names the
+    /// fields).
+    pub fn room(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:room", self.prefix)
+    }
+
+    /// Hash of the room's members: user id -> join code (`room::scripts::JOIN`).
+    pub fn room_members(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:room:members", self.prefix)
+    }
+
+    /// List of `<instant ms>:<places admitted>`, one each time a place came up: when each
+    /// admission began, so every replica gives it the same end.
+    pub fn room_marks(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:room:marks", self.prefix)
+    }
+
+    /// Buy requests of admitted buyers refused `BUSY` since the leader last looked (the
+    /// `auto` rate slows down on them).
+    pub fn room_busy(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:room:busy", self.prefix)
+    }
+
+    /// The replica that moves the room's admissions on (a short lease).
+    pub fn room_leader(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:room:leader", self.prefix)
+    }
+
     /// A pattern matching every key under this prefix (for clean-up in tests and tools).
     pub fn all_pattern(&self) -> String {
         format!("{}seckill:*", self.prefix)

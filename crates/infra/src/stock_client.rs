@@ -11,6 +11,7 @@ use seckill_common::api::{
 };
 use seckill_common::config::UpstreamSettings;
 use seckill_common::listing::{GoodsQuery, MAX_PAGE, StateSet};
+use seckill_common::room::RoomMarks;
 use seckill_common::trust::{Peer, Trust};
 
 use crate::upstream::Upstream;
@@ -80,6 +81,12 @@ impl StockClient {
     /// retried: a failure is reported to the admin, who may try again.
     pub async fn create_goods(&self, new: &NewGoods) -> Result<Goods, StockError> {
         self.upstream.call(Method::POST, "/internal/stock/goods", Some(new), &[]).await
+    }
+
+    /// Raises a room's marks (`POST /internal/stock/rooms/{g}`); each field only rises, so
+    /// retried.
+    pub async fn raise_room(&self, g: GoodsId, marks: &RoomMarks) -> Result<RoomMarks, StockError> {
+        self.upstream.retried(Method::POST, &format!("/internal/stock/rooms/{g}"), Some(marks)).await
     }
 
     /// Deducts many keys in one call; idempotent on each key, so retried.

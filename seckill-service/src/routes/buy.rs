@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::batcher::Enqueued;
 use crate::buckets::Moved;
 use crate::gate::{GateError, Reserve};
+use crate::routes::queue;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 use crate::{broadcast, restore};
@@ -38,6 +39,28 @@ fn flag_sold_out(state: &web::Data<AppState>, sale: &Sale, now: i64) {
     }
 }
 
+/// A slot among the requests in flight; on a sale with a waiting room, a refusal is counted
+/// for the room's `auto` rate (an admitted buyer refused: the room admits too fast).
+fn enter(
+    state: &web::Data<AppState>,
+    sale: &Sale,
+    route: &'static str,
+) -> Result<seckill_web::shed::Slot, ApiError> {
+    let refused = match state.in_flight.enter(route) {
+        Ok(slot) => return Ok(slot),
+        Err(busy) => busy,
+    };
+    if sale.goods.waiting_room.is_some() {
+        let (state, g) = (state.clone(), sale.id());
+        actix_web::rt::spawn(async move {
+            if let Err(e) = state.rooms.store.count_busy(g).await {
+                tracing::debug!(goods_id = %g, error = %e, "a busy refusal of the room went uncounted");
+            }
+        });
+    }
+    Err(refused)
+}
+
 fn sold_out() -> ApiError {
     ApiError::new(ErrorCode::SoldOut, "sold out")
 }
@@ -48,13 +71,16 @@ pub async fn path_token(
     state: web::Data<AppState>,
     user: AuthUser,
     path: web::Path<GoodsId>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
     check_window(&sale)?;
-    if sale.flagged_sold_out(now_ms()) {
+    let now = now_ms();
+    if sale.flagged_sold_out(now) {
         return Err(sold_out());
     }
-    let _slot = state.in_flight.enter("token")?;
+    queue::check_admission(&state, &sale, user.id, &req, now)?;
+    let _slot = enter(&state, &sale, "token")?;
     let token =
         state.gate.path_token(sale.bucket_of(user.id), user.id, state.settings.token_ttl_secs).await?;
     Ok(HttpResponse::Ok().json(TokenResponse { token }))
@@ -77,8 +103,9 @@ pub async fn order(
     if sale.flagged_sold_out(now) {
         return Err(sold_out());
     }
+    queue::check_admission(&state, &sale, user.id, &req, now)?;
     // Held until the confirm: a reservation awaiting its confirm is work in flight.
-    let _slot = state.in_flight.enter("order")?;
+    let _slot = enter(&state, &sale, "order")?;
     let token = if state.settings.require_token {
         let presented = req
             .headers()

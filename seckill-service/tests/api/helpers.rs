@@ -32,6 +32,8 @@ pub struct TestApp {
     pub _stock_db: TestDb,
     /// Held so this test's Redis keys and queues are deleted when it ends.
     pub _names: TestNames,
+    /// What the service was started with: another replica starts from it.
+    pub settings: Settings,
 }
 
 pub fn spawn_app() -> TestApp {
@@ -101,6 +103,7 @@ fn spawn(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings), unti
         ..Default::default()
     };
     configure(&mut settings);
+    let kept = settings.clone();
     let build = move || seckill_service::startup::build(settings);
     let service =
         if until_ready { RunningService::start(build) } else { RunningService::start_unready(build) };
@@ -113,6 +116,7 @@ fn spawn(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings), unti
         amqp_names,
         _stock_db: stock_db,
         _names: names,
+        settings: kept,
     }
 }
 
@@ -150,6 +154,46 @@ impl TestApp {
         let (status, body) = answer(res).await;
         assert_eq!(status, 201, "create sale: {body}");
         serde_json::from_value(body).unwrap()
+    }
+
+    /// Another replica of seckill-service on the same Redis, broker and stock-service.
+    pub fn replica(&self) -> RunningService {
+        let settings = self.settings.clone();
+        RunningService::start(move || seckill_service::startup::build(settings))
+    }
+
+    /// Publishes a sale with a waiting room (`room`, as `NewGoods::waiting_room`) that starts
+    /// in `starts_in` and lasts an hour.
+    pub async fn room_sale(&self, stock: i64, starts_in: Duration, room: Value) -> Goods {
+        let start = Utc::now() + chrono::Duration::from_std(starts_in).unwrap();
+        let res = self
+            .as_user(1, Role::Admin, Method::POST, "/api/admin/goods")
+            .json(&json!({"name": "room phone", "price_cents": 10_000, "seckill_price_cents": 5_000,
+                "stock_total": stock, "start_at": start, "end_at": start + chrono::Duration::hours(1),
+                "waiting_room": room}))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(res).await;
+        assert_eq!(status, 201, "create sale: {body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// `POST /api/seckill/{g}/queue` with `body` (none when null).
+    pub async fn join(&self, user: i64, g: GoodsId, body: Value) -> Answer {
+        let path = format!("/api/seckill/{g}/queue");
+        let mut req = self.as_user(user, Role::User, Method::POST, &path);
+        if !body.is_null() {
+            req = req.json(&body);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// `GET /api/seckill/{g}/queue` with a place ticket.
+    pub async fn standing(&self, user: i64, g: GoodsId, ticket: &str) -> Answer {
+        let path = format!("/api/seckill/{g}/queue");
+        let req = self.as_user(user, Role::User, Method::GET, &path).header(headers::ROOM_TICKET, ticket);
+        answer(req.send().await.unwrap()).await
     }
 
     pub async fn path_token(&self, user: i64, g: GoodsId) -> Answer {

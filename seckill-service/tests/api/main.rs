@@ -9,6 +9,7 @@ mod helpers;
 mod identity;
 mod read_bounds;
 mod reconcile;
+mod room;
 mod sale;
 mod shed;
 mod startup;

@@ -1,0 +1,161 @@
+//! The rooms' upkeep, every [`TICK`] on every replica: each reads its rooms' state from
+//! Redis into memory (what the status route answers from), and the one replica that leads a
+//! room draws it at the opening and moves its admissions on.
+
+use std::time::Duration;
+
+use actix_web::web;
+use seckill_common::room::{MAX_RATE, RoomRate};
+use tokio_util::sync::CancellationToken;
+
+use super::RoomView;
+use crate::sales::{Sale, now_ms};
+use crate::state::AppState;
+
+/// How often every replica reads its rooms: the most a status answer lags behind.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// A leader's lease: another replica takes over this long after a leader dies.
+const LEAD_MS: u64 = 1_000;
+
+/// How far ahead admissions are leased at stock-service: after a loss of Redis the room goes
+/// on from the lease's end, no sooner than the lease said (at most this much of the rate
+/// is admitted at once, never more than the rate allows over time).
+const LEASE_MS: i64 = 1_000;
+
+/// The `auto` rate's start, and how it moves each second: down by a third when admitted
+/// buyers were refused `BUSY`, up by a quarter when not (while places wait).
+const AUTO_START: f64 = 50.0;
+const AUTO_DOWN: f64 = 2.0 / 3.0;
+const AUTO_UP: f64 = 1.25;
+
+pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
+    let mut leading = Leading::default();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for sale in state.sales.watched(state.settings.ended_grace()) {
+            let Some(view) = state.rooms.view(&sale.goods) else { continue };
+            if let Err(e) = upkeep(&state, &sale, &view, &mut leading).await {
+                tracing::warn!(goods_id = %sale.id(), error = %e, "waiting room upkeep failed; tried again next tick");
+            }
+        }
+        for view in state.rooms.all() {
+            if state.sales.cached(view.goods).is_none() {
+                state.rooms.forget(view.goods);
+            }
+        }
+    }
+}
+
+/// What the leader of a room keeps between ticks: the `auto` rate and when it last moved.
+#[derive(Default)]
+struct Leading {
+    auto: std::collections::HashMap<seckill_common::GoodsId, (f64, i64)>,
+}
+
+async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Leading) -> anyhow::Result<()> {
+    let now = now_ms();
+    if now < view.opens_ms - 1_000 {
+        return Ok(());
+    }
+    let store = &state.rooms.store;
+    let g = view.goods;
+    if !view.known() {
+        view.remember(store.marks(g).await?);
+    }
+    if now >= view.start_ms && store.lead(g, &state.rooms.replica, LEAD_MS).await? {
+        lead(state, sale, view, leading, now).await?;
+    }
+    let observed = match store.observe(g).await? {
+        Some(o) => o,
+        None => {
+            store.load(&sale.goods, now).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            return Ok(());
+        }
+    };
+    let sold_out = sold_out(state, sale, now).await;
+    view.observed(&observed, sold_out, now);
+    metrics::gauge!("seckill_room_waiting", "goods_id" => g.to_string()).set(view.waiting() as f64);
+    metrics::gauge!("seckill_room_admitted", "goods_id" => g.to_string()).set(view.admitted() as f64);
+    metrics::gauge!("seckill_room_rate", "goods_id" => g.to_string()).set(view.rate());
+    Ok(())
+}
+
+/// The leader's part: the draw once the sale opens, then the admissions at the rate, leased
+/// ahead at stock-service.
+async fn lead(
+    state: &AppState,
+    sale: &Sale,
+    view: &RoomView,
+    leading: &mut Leading,
+    now: i64,
+) -> anyhow::Result<()> {
+    let store = &state.rooms.store;
+    let g = view.goods;
+    let rate = rate(view, leading, now);
+    let advanced = match store.advance(g, now, rate, keep(view)).await? {
+        Some(a) => a,
+        None => {
+            store.draw(&sale.goods, now).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            return Ok(());
+        }
+    };
+    if let Some((auto, _)) = leading.auto.get_mut(&g)
+        && advanced.busy > 0
+    {
+        *auto = (*auto * AUTO_DOWN).max(1.0);
+    }
+    // Leased half a lease ahead: the cap is never what stops the rate.
+    let ahead = (rate * LEASE_MS as f64 / 1000.0).ceil() as u64;
+    if advanced.admitted + ahead / 2 >= advanced.cap {
+        store
+            .lease_admissions(g, advanced.admitted + ahead.max(1), now + LEASE_MS)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
+/// The room's rate now: the configured one, or the `auto` one, moved up once a second while
+/// nobody admitted was refused (a refusal moves it down at once, in `lead`).
+fn rate(view: &RoomView, leading: &mut Leading, now: i64) -> f64 {
+    match view.room.rate {
+        RoomRate::PerSec(n) => f64::from(n),
+        RoomRate::Auto(_) => {
+            let (auto, moved) = leading
+                .auto
+                .entry(view.goods)
+                .or_insert_with(|| (view.last_rate().unwrap_or(AUTO_START), now));
+            if now - *moved >= 1_000 {
+                *moved = now;
+                if view.waiting() > 0 {
+                    *auto = (*auto * AUTO_UP).min(f64::from(MAX_RATE));
+                }
+            }
+            *auto
+        }
+    }
+}
+
+/// Marks Redis keeps: one a tick at most, for an admission's life and a little more.
+fn keep(view: &RoomView) -> u64 {
+    let per_sec = 1_000 / TICK.as_millis() as u64;
+    (u64::from(view.room.admission_secs) + 10) * per_sec
+}
+
+/// Whether the sale has nothing left: its flag, or (the flag down) every bucket empty in Redis.
+async fn sold_out(state: &AppState, sale: &Sale, now: i64) -> bool {
+    if sale.flagged_sold_out(now) {
+        return true;
+    }
+    if now < sale.goods.start_at.timestamp_millis() {
+        return false;
+    }
+    let stocks = state.gate.stocks(&sale.buckets()).await;
+    stocks.is_ok_and(|s| s.iter().all(|units| *units == Some(0)))
+}

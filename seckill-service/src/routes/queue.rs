@@ -1,0 +1,151 @@
+//! `POST` and `GET /api/seckill/{goods_id}/queue`: joining a sale's waiting room, and where
+//! one stands in it. The admission a buyer is given here is what the sale's buy routes ask
+//! for ([`check_admission`]).
+
+use actix_web::http::header::{CacheControl, CacheDirective};
+use actix_web::web::Bytes;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use seckill_common::room::{PlaceTicket, QueueJoin, QueueState, QueueStatus, RoomError, WaitingRoom};
+use seckill_common::{ErrorCode, GoodsId, UserId, headers};
+use seckill_web::{ApiError, AuthUser};
+
+use crate::room::{RoomView, Standing};
+use crate::sales::{Sale, now_ms};
+use crate::state::AppState;
+
+/// What a room token's refusal is answered with.
+fn refused(e: RoomError) -> ApiError {
+    match e {
+        RoomError::Malformed => ApiError::invalid(format!("{e}")),
+        other => ApiError::new(ErrorCode::BadToken, other.to_string()),
+    }
+}
+
+fn no_room(g: GoodsId) -> ApiError {
+    ApiError::new(ErrorCode::NoWaitingRoom, format!("sale {g} has no waiting room"))
+}
+
+fn room_of(sale: &Sale) -> Result<WaitingRoom, ApiError> {
+    sale.goods.waiting_room.ok_or_else(|| no_room(sale.id()))
+}
+
+/// `POST /api/seckill/{goods_id}/queue`: a place, once per user (joining again answers the same
+/// place). The body is optional: `{"ticket": ...}` presents a ticket given before.
+#[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
+pub async fn join(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    let room = room_of(&sale)?;
+    let now = now_ms();
+    let opens = room.opens_at(sale.goods.start_at);
+    if now < opens.timestamp_millis() {
+        return Err(ApiError::new(
+            ErrorCode::NotStarted,
+            format!("the waiting room opens at {}", opens.to_rfc3339()),
+        ));
+    }
+    if now >= sale.goods.end_at.timestamp_millis() {
+        return Err(ApiError::new(ErrorCode::Ended, "the sale has ended"));
+    }
+    let asked: QueueJoin = if body.iter().all(u8::is_ascii_whitespace) {
+        QueueJoin::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("the body is not a join: {e}")))?
+    };
+    let presented = match asked.ticket.as_deref() {
+        Some(t) => Some(state.rooms.key.open_ticket(t, sale.id(), user.id).map_err(refused)?.join),
+        None => None,
+    };
+    let _slot = state.in_flight.enter("join")?;
+    let code = state.rooms.store.join(&sale.goods, user.id, presented, now).await?;
+    metrics::counter!("seckill_room_joins_total").increment(1);
+    let Some(view) = state.rooms.view(&sale.goods) else { return Err(no_room(sale.id())) };
+    Ok(answer(&state, &view, code, user.id, now))
+}
+
+/// `GET /api/seckill/{goods_id}/queue` with `x-room-ticket`: where the ticket's holder stands,
+/// and their admission once their place has come up. Memory only: the ticket says the join,
+/// this replica's view of the room says the rest.
+pub async fn status(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    room_of(&sale)?;
+    let ticket = req.headers().get(headers::ROOM_TICKET).and_then(|v| v.to_str().ok()).ok_or_else(|| {
+        ApiError::invalid("the x-room-ticket header (the ticket the join answered) is required")
+    })?;
+    let held = state.rooms.key.open_ticket(ticket, sale.id(), user.id).map_err(refused)?;
+    let Some(view) = state.rooms.view(&sale.goods) else { return Err(no_room(sale.id())) };
+    Ok(answer(&state, &view, held.join, user.id, now_ms()))
+}
+
+fn answer(state: &AppState, view: &RoomView, code: u64, user: UserId, now: i64) -> HttpResponse {
+    let ticket = PlaceTicket { sale: view.goods, user, join: code, issued_ms: now }.seal(&state.rooms.key);
+    let standing = view.standing(code, user, now);
+    let mut status = QueueStatus {
+        state: QueueState::Waiting,
+        ticket,
+        place: None,
+        ahead: None,
+        wait_secs: None,
+        admission: None,
+        admission_expires_at: None,
+        draw: view.draw(),
+    };
+    // Places count from 1 for people.
+    let shown = |p: Option<u64>| p.map(|p| p + 1);
+    match standing {
+        Standing::Waiting { place, ahead, wait_secs } => {
+            (status.place, status.ahead, status.wait_secs) = (shown(place), ahead, wait_secs);
+        }
+        Standing::Admitted { place, admission } => {
+            status.state = QueueState::Admitted;
+            status.place = shown(Some(place));
+            status.ahead = Some(0);
+            status.wait_secs = Some(0);
+            status.admission = Some(admission.seal(&state.rooms.key));
+            status.admission_expires_at = DateTime::<Utc>::from_timestamp_millis(admission.expires_ms);
+        }
+        Standing::SoldOut { place } => (status.state, status.place) = (QueueState::SoldOut, shown(place)),
+        Standing::Closed { place } => (status.state, status.place) = (QueueState::Closed, shown(place)),
+    }
+    // Of this instant: no cache may keep it.
+    HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status)
+}
+
+/// On a sale with a waiting room, the buy routes ask for the buyer's admission
+/// (`x-room-admission`): 403 `NOT_ADMITTED` without one, with one of another user or sale, a
+/// forged one, or one whose life is over.
+pub fn check_admission(
+    state: &AppState,
+    sale: &Sale,
+    user: UserId,
+    req: &HttpRequest,
+    now: i64,
+) -> Result<(), ApiError> {
+    if sale.goods.waiting_room.is_none() {
+        return Ok(());
+    }
+    let presented =
+        req.headers().get(headers::ROOM_ADMISSION).and_then(|v| v.to_str().ok()).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotAdmitted,
+                "this sale has a waiting room: join it and wait for your admission",
+            )
+        })?;
+    state
+        .rooms
+        .key
+        .open_admission(presented, sale.id(), user, now)
+        .map(|_| ())
+        .map_err(|e| ApiError::new(ErrorCode::NotAdmitted, format!("the admission is refused: {e}")))
+}

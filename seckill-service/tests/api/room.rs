@@ -1,0 +1,386 @@
+//! A sale's waiting room: places (drawn before the opening, in arrival order after), the
+//! admissions at the room's rate, the buy routes asking for them, sold out told to everyone,
+//! a loss of Redis changing nobody's place.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::Method;
+use seckill_common::api::{Goods, Role};
+use seckill_common::room::{Admission, Draw, RoomKey};
+use seckill_common::trust::Peer;
+use seckill_common::{GoodsId, UserId, headers};
+use seckill_testkit::keys;
+use serde_json::{Value, json};
+
+use crate::helpers::{Answer, TestApp, answer, spawn_app, spawn_app_with};
+
+fn room(rate: u32) -> Value {
+    json!({"rate": rate, "opens_before_secs": 600, "admission_secs": 30})
+}
+
+/// The key the service seals room tokens with (derived from the replicas' shared link key).
+fn room_key() -> RoomKey {
+    RoomKey::derive(keys::link_key(Peer::Seckill, Peer::Seckill).as_bytes()).unwrap()
+}
+
+/// The join number a ticket carries (`v1.p.<sale>.<user>.<join>.<issued>.<tag>`).
+fn join_of(ticket: &str) -> u64 {
+    ticket.split('.').nth(4).unwrap().parse().unwrap()
+}
+
+/// The ticket with another join number, its tag left as it was.
+fn forge_join(ticket: &str, join: u64) -> String {
+    let mut fields: Vec<String> = ticket.split('.').map(str::to_owned).collect();
+    fields[4] = (join_of(ticket) + 1 + join).to_string();
+    fields.join(".")
+}
+
+async fn wait_until(at: chrono::DateTime<chrono::Utc>) {
+    if let Ok(d) = (at - chrono::Utc::now()).to_std() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// Joins each user, `in_flight` at a time; the tickets in user order.
+async fn join_all(app: &TestApp, g: GoodsId, users: std::ops::Range<i64>, in_flight: usize) -> Vec<String> {
+    futures_util::stream::iter(users)
+        .map(|u| async move {
+            let (status, body) = app.join(u, g, Value::Null).await;
+            assert_eq!(status, 200, "join {u}: {body}");
+            body["ticket"].as_str().unwrap().to_owned()
+        })
+        .buffered(in_flight)
+        .collect()
+        .await
+}
+
+/// Asks until `done` holds for the answer, for at most `within`.
+async fn standing_until(
+    app: &TestApp,
+    u: i64,
+    g: GoodsId,
+    ticket: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, body) = app.standing(u, g, ticket).await;
+        assert_eq!(status, 200, "{body}");
+        if done(&body) || Instant::now() > deadline {
+            return body;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn token_with(app: &TestApp, u: i64, g: GoodsId, admission: Option<&str>) -> Answer {
+    let mut req = app.as_user(u, Role::User, Method::POST, &format!("/api/seckill/{g}/token"));
+    if let Some(a) = admission {
+        req = req.header(headers::ROOM_ADMISSION, a);
+    }
+    answer(req.send().await.unwrap()).await
+}
+
+#[tokio::test]
+async fn joins_after_the_opening_are_admitted_in_arrival_order() {
+    let app = spawn_app();
+    let sale = app.room_sale(10, Duration::from_millis(1_500), room(10)).await;
+    wait_until(sale.start_at).await;
+    let mut tickets = Vec::new();
+    for u in 100..120 {
+        let (status, body) = app.join(u, sale.id, Value::Null).await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("waiting")), "{body}");
+        tickets.push(body["ticket"].as_str().unwrap().to_owned());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Every look: those admitted are the first ones in arrival order, the places 1, 2, 3, ...
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut last_admitted = 0;
+    while last_admitted < 20 && Instant::now() < deadline {
+        let mut admitted = Vec::new();
+        for (i, t) in tickets.iter().enumerate() {
+            let (_, body) = app.standing(100 + i as i64, sale.id, t).await;
+            assert_eq!(body["place"], json!(i + 1), "joined {i}th: {body}");
+            admitted.push(body["state"] == "admitted");
+        }
+        let n = admitted.iter().filter(|a| **a).count();
+        assert!(admitted.iter().take(n).all(|a| *a), "admitted out of order: {admitted:?}");
+        last_admitted = n;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(last_admitted, 20, "all admitted at 10 a second within 6 s");
+}
+
+#[tokio::test]
+async fn joins_before_the_opening_get_places_drawn_at_random_that_anyone_can_check() {
+    let app = spawn_app();
+    let n = 2_000;
+    let sale = app.room_sale(10, Duration::from_secs(8), room(1_000)).await;
+    let tickets = join_all(&app, sale.id, 0..n, 32).await;
+    assert!(chrono::Utc::now() < sale.start_at, "every join before the opening");
+    let (_, before) = app.standing(0, sale.id, &tickets[0]).await;
+    assert_eq!(before["place"], Value::Null, "no place before the draw: {before}");
+    assert_eq!(before["draw"]["seed"], Value::Null, "the seed stays secret until the opening");
+    let commitment = before["draw"]["commitment"].as_str().unwrap().to_owned();
+    wait_until(sale.start_at).await;
+
+    let drawn =
+        standing_until(&app, 0, sale.id, &tickets[0], Duration::from_secs(3), |b| !b["place"].is_null())
+            .await;
+    let seed_hex = drawn["draw"]["seed"].as_str().unwrap();
+    let seed: [u8; 32] = (0..32)
+        .map(|i| u8::from_str_radix(&seed_hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    assert_eq!(Draw::commitment(&seed), commitment, "the seed is the one committed to");
+    assert_eq!(drawn["draw"]["joined_before"], json!(n));
+    let draw = Draw::new(seed, u64::try_from(n).unwrap());
+
+    let mut pairs = Vec::new();
+    for (u, t) in tickets.iter().enumerate() {
+        let (_, body) = app.standing(u as i64, sale.id, t).await;
+        let place = body["place"].as_u64().unwrap();
+        let join = join_of(t);
+        assert_eq!(place, draw.place_of(join) + 1, "anyone recomputes the place from the seed");
+        pairs.push((join as f64, place as f64));
+    }
+    let mut places: Vec<u64> = pairs.iter().map(|p| p.1 as u64).collect();
+    places.sort_unstable();
+    assert_eq!(places, (1..=n as u64).collect::<Vec<_>>(), "every place once");
+    // Spearman's rank correlation of arrival and place (both are ranks already).
+    let mean = (n as f64 + 1.0) / 2.0;
+    let (mut cov, mut var_a, mut var_b) = (0.0, 0.0, 0.0);
+    for (a, b) in &pairs {
+        let (a, b) = (a + 1.0 - mean, b - mean);
+        cov += a * b;
+        var_a += a * a;
+        var_b += b * b;
+    }
+    let rho = cov / (var_a.sqrt() * var_b.sqrt());
+    assert!(rho.abs() < 0.1, "arrival and place correlate: rho = {rho}");
+}
+
+#[tokio::test]
+async fn the_buy_routes_of_a_room_sale_ask_for_the_buyers_own_live_admission() {
+    let app = spawn_app();
+    let sale = app.room_sale(10, Duration::from_millis(1_500), room(100)).await;
+    let other = app.room_sale(10, Duration::from_millis(1_500), room(100)).await;
+    wait_until(sale.start_at).await;
+    let (_, joined) = app.join(7, sale.id, Value::Null).await;
+    let ticket = joined["ticket"].as_str().unwrap().to_owned();
+    let admitted =
+        standing_until(&app, 7, sale.id, &ticket, Duration::from_secs(3), |b| b["state"] == "admitted").await;
+    let admission = admitted["admission"].as_str().expect("admitted").to_owned();
+
+    let (status, body) = token_with(&app, 7, sale.id, None).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("NOT_ADMITTED")), "{body}");
+    let key = room_key();
+    let now = chrono::Utc::now().timestamp_millis();
+    let sealed = |sale: GoodsId, user: i64, expires_ms: i64| {
+        Admission { sale, user: UserId::new(user).unwrap(), place: 0, expires_ms }.seal(&key)
+    };
+    let forged = RoomKey::new(b"0123456789abcdef0123456789abcdef-not-the-key").unwrap();
+    let refused = [
+        ("another user's", admission.clone(), 8),
+        ("another sale's", sealed(other.id, 7, now + 60_000), 7),
+        ("an expired one", sealed(sale.id, 7, now - 1), 7),
+        (
+            "a forged one",
+            Admission { sale: sale.id, user: UserId::new(7).unwrap(), place: 0, expires_ms: now + 60_000 }
+                .seal(&forged),
+            7,
+        ),
+        ("garbage", "v1.a.1.2.3".to_owned(), 7),
+    ];
+    for (what, presented, user) in refused {
+        let (status, body) = token_with(&app, user, sale.id, Some(&presented)).await;
+        assert_eq!((status, body["code"].as_str()), (403, Some("NOT_ADMITTED")), "{what}: {body}");
+    }
+    // The order route asks too, path token or not.
+    let res = app
+        .as_user(7, Role::User, Method::POST, &format!("/api/seckill/{}/orders", sale.id))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = answer(res).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("NOT_ADMITTED")), "{body}");
+
+    let (status, body) = token_with(&app, 7, sale.id, Some(&admission)).await;
+    assert_eq!(status, 200, "{body}");
+    let res = app
+        .as_user(7, Role::User, Method::POST, &format!("/api/seckill/{}/orders", sale.id))
+        .header(headers::SECKILL_TOKEN, body["token"].as_str().unwrap())
+        .header(headers::ROOM_ADMISSION, &admission)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = answer(res).await;
+    assert_eq!(status, 202, "the admitted buyer buys: {body}");
+}
+
+#[tokio::test]
+async fn sold_out_reaches_every_waiter_within_a_second() {
+    let app = spawn_app_with(|s| s.seckill.require_token = false);
+    let sale = app.room_sale(1, Duration::from_millis(1_500), room(1)).await;
+    wait_until(sale.start_at).await;
+    let tickets = join_all(&app, sale.id, 200..250, 16).await;
+    let first =
+        standing_until(&app, 200, sale.id, &tickets[0], Duration::from_secs(3), |b| b["state"] == "admitted")
+            .await;
+    let res = app
+        .as_user(200, Role::User, Method::POST, &format!("/api/seckill/{}/orders", sale.id))
+        .header(headers::ROOM_ADMISSION, first["admission"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let sold = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (i, t) in tickets.iter().enumerate().skip(1) {
+        let (_, body) = app.standing(200 + i as i64, sale.id, t).await;
+        assert_eq!(body["state"], "sold_out", "waiter {i}, {:?} after the last unit: {body}", sold.elapsed());
+    }
+}
+
+/// Each ticket holder's place and state, in ticket order (user = index).
+async fn look(app: &TestApp, g: GoodsId, tickets: &[String]) -> Vec<(Option<u64>, String)> {
+    let mut seen = Vec::new();
+    for (u, t) in tickets.iter().enumerate() {
+        let (_, body) = app.standing(u as i64, g, t).await;
+        seen.push((body["place"].as_u64(), body["state"].as_str().unwrap().to_owned()));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_redis_loss_changes_no_place_and_admits_nobody_again() {
+    let app = spawn_app();
+    let sale = app.room_sale(10, Duration::from_secs(3), room(20)).await;
+    let early = join_all(&app, sale.id, 0..100, 16).await;
+    wait_until(sale.start_at).await;
+    let late = join_all(&app, sale.id, 100..150, 16).await;
+    let tickets: Vec<String> = early.into_iter().chain(late).collect();
+    standing_until(&app, 149, sale.id, &tickets[149], Duration::from_secs(3), |b| !b["place"].is_null())
+        .await;
+    let before = look(&app, sale.id, &tickets).await;
+    let admitted_before = before.iter().filter(|s| s.1 == "admitted").count();
+
+    // Every key of this test's Redis prefix, gone.
+    let mut redis = app.redis().await;
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(app.redis_keys.all_pattern()).query_async(&mut redis).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await.unwrap();
+    let lost = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Joining again with the ticket, or asking with it: the same place.
+    for (u, t) in tickets.iter().enumerate().step_by(7) {
+        let (status, body) = app.join(u as i64, sale.id, json!({"ticket": t})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["place"].as_u64(), before[u].0, "user {u} kept their place: {body}");
+    }
+    let after = look(&app, sale.id, &tickets).await;
+    for (u, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b.0, a.0, "user {u}'s place");
+    }
+    // The admissions went on from where they were, no faster than the rate allows: at most the
+    // lease (one second of the rate) plus the rate over the time since.
+    let admitted_after = after.iter().filter(|s| s.1 != "waiting").count();
+    let allowed = admitted_before + 20 + (20.0 * lost.elapsed().as_secs_f64()).ceil() as usize + 2;
+    assert!(admitted_after >= admitted_before, "{admitted_after} admitted after, {admitted_before} before");
+    assert!(admitted_after <= allowed, "{admitted_after} admitted after the loss; at most {allowed}");
+}
+
+#[tokio::test]
+async fn two_replicas_admit_no_faster_than_the_rate() {
+    let app = spawn_app();
+    let second = app.replica();
+    let sale = app.room_sale(10, Duration::from_millis(1_500), room(10)).await;
+    wait_until(sale.start_at).await;
+    let tickets = join_all(&app, sale.id, 0..100, 16).await;
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Asked of the second replica: its view agrees with the first one's.
+    let mut admitted = 0;
+    for (u, t) in tickets.iter().enumerate() {
+        let path = format!("/api/seckill/{}/queue", sale.id);
+        let (name, value) = keys::as_user(Peer::Seckill, "GET", &path, u as i64, Role::User);
+        let res = app
+            .http
+            .get(format!("{}{path}", second.url()))
+            .header(name, value)
+            .header(headers::ROOM_TICKET, t)
+            .send()
+            .await
+            .unwrap();
+        let (_, body) = answer(res).await;
+        admitted += usize::from(body["state"] == "admitted");
+    }
+    let allowed = (10.0 * started.elapsed().as_secs_f64()).ceil() as usize + 10;
+    assert!(admitted <= allowed, "{admitted} admitted in {:?} at 10 a second", started.elapsed());
+    assert!(admitted >= 20, "the room moves: {admitted} admitted");
+}
+
+#[tokio::test]
+async fn bad_room_input_is_a_clean_4xx() {
+    let app = spawn_app();
+    let plain: Goods = app.open_sale(5).await;
+    let (status, body) = app.join(3, plain.id, Value::Null).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("NO_WAITING_ROOM")), "{body}");
+
+    let later =
+        app.room_sale(5, Duration::from_secs(3_600), json!({"rate": "auto", "opens_before_secs": 60})).await;
+    assert_eq!(later.waiting_room.unwrap().opens_before_secs, 60);
+    let (status, body) = app.join(3, later.id, Value::Null).await;
+    assert_eq!((status, body["code"].as_str()), (425, Some("NOT_STARTED")), "{body}");
+
+    let sale = app.room_sale(5, Duration::from_secs(60), room(5)).await;
+    let (status, joined) = app.join(3, sale.id, Value::Null).await;
+    assert_eq!(status, 200, "{joined}");
+    let ticket = joined["ticket"].as_str().unwrap();
+    let (again_status, again) = app.join(3, sale.id, Value::Null).await;
+    assert_eq!(
+        (again_status, join_of(again["ticket"].as_str().unwrap())),
+        (200, join_of(ticket)),
+        "one place a user"
+    );
+    for (what, presented, user, code, status) in [
+        ("another user's ticket", ticket.to_owned(), 4, "BAD_TOKEN", 403),
+        ("a forged ticket (a better join)", forge_join(ticket, 0), 3, "BAD_TOKEN", 403),
+        ("garbage", "nonsense".to_owned(), 3, "INVALID_INPUT", 400),
+        ("a huge ticket", "v1.p.".to_owned() + &"9".repeat(10_000), 3, "INVALID_INPUT", 400),
+    ] {
+        let (s, body) = app.standing(user, sale.id, &presented).await;
+        assert_eq!((s, body["code"].as_str()), (status, Some(code)), "{what}: {body}");
+        let (s, body) = app.join(user, sale.id, json!({"ticket": presented})).await;
+        assert_eq!((s, body["code"].as_str()), (status, Some(code)), "join with {what}: {body}");
+    }
+    let res = app
+        .as_user(3, Role::User, Method::GET, &format!("/api/seckill/{}/queue", sale.id))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = answer(res).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_INPUT")), "no ticket: {body}");
+    for body in [json!({"ticket": 5}), json!({"tickets": "x"}), json!([1])] {
+        let (status, answer) = app.join(3, sale.id, body.clone()).await;
+        assert_eq!((status, answer["code"].as_str()), (400, Some("INVALID_INPUT")), "{body}: {answer}");
+    }
+
+    // A room on a sale already open: refused at creation.
+    let now = chrono::Utc::now();
+    let res = app
+        .as_user(1, Role::Admin, Method::POST, "/api/admin/goods")
+        .json(&json!({"name": "late", "price_cents": 1, "seckill_price_cents": 1, "stock_total": 1,
+            "start_at": now - chrono::Duration::seconds(1), "end_at": now + chrono::Duration::hours(1),
+            "waiting_room": room(5)}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = answer(res).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_INPUT")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("waiting_room"), "{body}");
+}
