@@ -196,7 +196,9 @@ mod tests {
         let room: WaitingRoom = serde_json::from_str(r#"{"rate": "auto"}"#).unwrap();
         assert_eq!(room.rate, RoomRate::AUTO);
         assert_eq!(serde_json::to_value(room.rate).unwrap(), serde_json::json!("auto"));
-        for bad in [r#"{"rate": "fast"}"#, r#"{"rate": -1}"#, r#"{"rate": 1.5}"#, r#"{"rate": 1, "x": 0}"#, "{}"] {
+        for bad in
+            [r#"{"rate": "fast"}"#, r#"{"rate": -1}"#, r#"{"rate": 1.5}"#, r#"{"rate": 1, "x": 0}"#, "{}"]
+        {
             assert!(serde_json::from_str::<WaitingRoom>(bad).is_err(), "{bad}");
         }
         assert_eq!(RoomRate::from_stored(RoomRate::AUTO.stored()), Some(RoomRate::AUTO));
@@ -206,7 +208,12 @@ mod tests {
 
     #[test]
     fn every_field_is_bounded() {
-        let ok = WaitingRoom { rate: RoomRate::PerSec(1), opens_before_secs: 0, admission_secs: 10, pow_difficulty: 0 };
+        let ok = WaitingRoom {
+            rate: RoomRate::PerSec(1),
+            opens_before_secs: 0,
+            admission_secs: 10,
+            pow_difficulty: 0,
+        };
         assert_eq!(ok.invalid(), None);
         for (bad, field) in [
             (WaitingRoom { rate: RoomRate::PerSec(0), ..ok }, "rate"),
