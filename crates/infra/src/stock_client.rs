@@ -1,5 +1,5 @@
 //! The typed client of stock-service's API, used by seckill-service (goods, sale creation,
-//! the authority's counts) and order-service (goods, deduct, release).
+//! the authority's counts, the waiting rooms' marks) and order-service (goods, deduct, release).
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use seckill_common::api::{
 };
 use seckill_common::config::UpstreamSettings;
 use seckill_common::listing::{GoodsQuery, MAX_PAGE, StateSet};
+use seckill_common::room::RoomMarks;
 use seckill_common::trust::{Peer, Trust};
 
 use crate::upstream::Upstream;
@@ -104,5 +105,13 @@ impl StockClient {
         self.upstream
             .retried(Method::POST, &format!("/internal/stock/{g}/held"), Some(&HeldRequest { order_keys }))
             .await
+    }
+
+    /// Raises the marks of sale `g`'s waiting room to at least `marks` and returns them as they
+    /// now stand (all zeros reads them). Every mark only rises, so a repeat changes nothing:
+    /// retried. A sale without a room is refused 404 `NO_WAITING_ROOM`, an unknown one 404
+    /// `GOODS_NOT_FOUND`.
+    pub async fn raise_room(&self, g: GoodsId, marks: &RoomMarks) -> Result<RoomMarks, StockError> {
+        self.upstream.retried(Method::POST, &format!("/internal/stock/rooms/{g}"), Some(marks)).await
     }
 }
