@@ -888,6 +888,7 @@ mod tests {
             start_at: now - chrono::Duration::minutes(1),
             end_at: now + chrono::Duration::hours(1),
             buckets: 1,
+            waiting_room: None,
         }
     }
 

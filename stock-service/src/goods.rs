@@ -17,18 +17,48 @@ use seckill_common::listing::{DEFAULT_PAGE, GoodsQuery, GoodsState, ListOrder, S
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
+use crate::rooms;
 use crate::schema::goods;
 
 /// A `goods` row, all of its columns in the table's order: the fields of [`Goods`] (defined
 /// once, in `seckill_common::api`) up to `end_at`, then `created_at`, which the API does not
-/// show, then `buckets` (added by a later migration). PostgreSQL only appends columns, so the
-/// order holds; a column more fails to compile here.
-type GoodsRow = (i64, String, i64, i64, i64, i64, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>, i16);
+/// show, then `buckets` and the waiting room's four columns (added by later migrations).
+/// PostgreSQL only appends columns, so the order holds; a column more fails to compile here.
+type GoodsRow = (
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    i16,
+    Option<i32>,
+    Option<i32>,
+    Option<i32>,
+    Option<i16>,
+);
 
 /// A row as the API shows it; an id that is not positive is a corrupt row.
 fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
-    let (id, name, price_cents, seckill_price_cents, stock_total, stock_available, start_at, end_at, _, b) =
-        row;
+    let (
+        id,
+        name,
+        price_cents,
+        seckill_price_cents,
+        stock_total,
+        stock_available,
+        start_at,
+        end_at,
+        _,
+        b,
+        rate,
+        opens,
+        admission,
+        pow,
+    ) = row;
     let corrupt = |what: String| diesel::result::Error::DeserializationError(what.into());
     let id = GoodsId::new(id).ok_or_else(|| corrupt(format!("goods id {id} is not positive")))?;
     // The table's CHECK keeps `buckets` in 1..=MAX_BUCKETS; a value outside is a corrupt row,
@@ -38,6 +68,10 @@ fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
         .ok()
         .filter(|b| (1..=MAX_BUCKETS).contains(b))
         .ok_or_else(|| corrupt(format!("goods {id} has {b} buckets, not 1 to {MAX_BUCKETS}")))?;
+    // Likewise a room no valid room has: the CHECKs keep it out, and a sale shown with another
+    // room than it was made with would admit its buyers otherwise than the shop asked.
+    let waiting_room = rooms::from_columns((rate, opens, admission, pow))
+        .map_err(|why| corrupt(format!("goods {id}: {why}")))?;
     Ok(Goods {
         id,
         name,
@@ -48,7 +82,7 @@ fn to_goods(row: GoodsRow) -> QueryResult<Goods> {
         start_at,
         end_at,
         buckets,
-        waiting_room: None,
+        waiting_room,
     })
 }
 
@@ -116,6 +150,9 @@ pub async fn find(conn: &mut AsyncPgConnection, id: GoodsId) -> QueryResult<Opti
 
 /// Writes a sale: only a [`ValidGoods`], whose name and times the database can store.
 pub async fn insert(conn: &mut AsyncPgConnection, new: &ValidGoods) -> QueryResult<Goods> {
+    // `validate` checked the room and that the sale has not started; the CHECKs refuse a
+    // room out of bounds or stored in part.
+    let (rate, opens_before, admission, pow) = rooms::to_columns(new.waiting_room.as_ref());
     diesel::insert_into(goods::table)
         .values((
             // Trimmed by `validate`.
@@ -129,6 +166,10 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &ValidGoods) -> QueryResu
             goods::end_at.eq(new.end_at),
             // `validate` kept it in 1..=MAX_BUCKETS; the table's CHECK refuses any other.
             goods::buckets.eq(i16::from(new.buckets)),
+            goods::room_rate.eq(rate),
+            goods::room_opens_before_secs.eq(opens_before),
+            goods::room_admission_secs.eq(admission),
+            goods::room_pow_difficulty.eq(pow),
         ))
         .returning(goods::all_columns)
         .get_result::<GoodsRow>(conn)

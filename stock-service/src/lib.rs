@@ -6,6 +6,7 @@ pub mod configuration;
 pub mod goods;
 pub mod ledger;
 pub mod releases;
+pub mod rooms;
 pub mod routes;
 pub mod schema;
 pub mod startup;

@@ -2,6 +2,7 @@
 
 pub mod goods;
 pub mod internal;
+pub mod rooms;
 
 use actix_web::{HttpResponse, web};
 use seckill_common::trust::Peer;
@@ -35,6 +36,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             internal_route("/internal/stock/{goods_id}/held", &[Peer::Seckill])
                 .app_data(seckill_web::extract::json_config(internal::HELD_BODY_LIMIT))
                 .route(web::post().to(internal::held)),
+        )
+        .service(
+            internal_route("/internal/stock/rooms/{goods_id}", &[Peer::Seckill])
+                .route(web::post().to(rooms::raise)),
         );
 }
 

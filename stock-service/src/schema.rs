@@ -13,6 +13,21 @@ diesel::table! {
         end_at -> Timestamptz,
         created_at -> Timestamptz,
         buckets -> Int2,
+        room_rate -> Nullable<Int4>,
+        room_opens_before_secs -> Nullable<Int4>,
+        room_admission_secs -> Nullable<Int4>,
+        room_pow_difficulty -> Nullable<Int2>,
+    }
+}
+
+diesel::table! {
+    room_marks (goods_id) {
+        goods_id -> Int8,
+        joins_before -> Int8,
+        joins_after -> Int8,
+        drawn -> Nullable<Int8>,
+        admitted -> Int8,
+        admitted_at_ms -> Int8,
     }
 }
 
@@ -26,5 +41,6 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(room_marks -> goods (goods_id));
 diesel::joinable!(stock_ledger -> goods (goods_id));
-diesel::allow_tables_to_appear_in_same_query!(goods, stock_ledger);
+diesel::allow_tables_to_appear_in_same_query!(goods, room_marks, stock_ledger);

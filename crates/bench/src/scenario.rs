@@ -1459,6 +1459,7 @@ pub(crate) async fn create_sale(
         start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
         buckets,
+        waiting_room: None,
     };
     let bearer = bearer_header(admin)?;
     let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;

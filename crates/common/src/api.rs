@@ -722,6 +722,7 @@ mod tests {
             start_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             end_at: Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap(),
             buckets: 1,
+            waiting_room: None,
         };
         assert_eq!(g.window_at(g.start_at - chrono::Duration::seconds(1)), SaleWindow::NotStarted);
         assert_eq!(g.window_at(g.start_at), SaleWindow::Open);

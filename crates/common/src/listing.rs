@@ -281,6 +281,7 @@ mod tests {
             start_at,
             end_at: start_at + chrono::Duration::hours(1),
             buckets: 1,
+            waiting_room: None,
         }
     }
 

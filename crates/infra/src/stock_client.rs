@@ -1,5 +1,5 @@
 //! The typed client of stock-service's API, used by seckill-service (goods, sale creation,
-//! the authority's counts) and order-service (goods, deduct, release).
+//! the authority's counts, the waiting rooms' marks) and order-service (goods, deduct, release).
 
 use std::sync::Arc;
 
@@ -83,12 +83,6 @@ impl StockClient {
         self.upstream.call(Method::POST, "/internal/stock/goods", Some(new), &[]).await
     }
 
-    /// Raises a room's marks (`POST /internal/stock/rooms/{g}`); each field only rises, so
-    /// retried.
-    pub async fn raise_room(&self, g: GoodsId, marks: &RoomMarks) -> Result<RoomMarks, StockError> {
-        self.upstream.retried(Method::POST, &format!("/internal/stock/rooms/{g}"), Some(marks)).await
-    }
-
     /// Deducts many keys in one call; idempotent on each key, so retried.
     pub async fn deduct_batch(&self, items: Vec<DeductRequest>) -> Result<Vec<DeductItemResult>, StockError> {
         let body = DeductBatchRequest { items };
@@ -111,5 +105,13 @@ impl StockClient {
         self.upstream
             .retried(Method::POST, &format!("/internal/stock/{g}/held"), Some(&HeldRequest { order_keys }))
             .await
+    }
+
+    /// Raises the marks of sale `g`'s waiting room to at least `marks` and returns them as they
+    /// now stand (all zeros reads them). Every mark only rises, so a repeat changes nothing:
+    /// retried. A sale without a room is refused 404 `NO_WAITING_ROOM`, an unknown one 404
+    /// `GOODS_NOT_FOUND`.
+    pub async fn raise_room(&self, g: GoodsId, marks: &RoomMarks) -> Result<RoomMarks, StockError> {
+        self.upstream.retried(Method::POST, &format!("/internal/stock/rooms/{g}"), Some(marks)).await
     }
 }

@@ -380,6 +380,7 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         start_at: at(1),
         end_at: at(2),
         buckets: 1,
+        waiting_room: None,
     };
     let new_goods = NewGoods {
         name: "phone".into(),
@@ -389,6 +390,7 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         start_at: at(1),
         end_at: at(2),
         buckets: 1,
+        waiting_room: None,
     };
     let accepted = OrderAccepted { status: SeckillStatus::Queued, request_id: uuid::Uuid::new_v4() };
 

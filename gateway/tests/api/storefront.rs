@@ -54,6 +54,7 @@ impl Shop {
             start_at: now - chrono::Duration::minutes(1),
             end_at: now + chrono::Duration::hours(1),
             buckets: 1,
+            waiting_room: None,
         };
         goods.push(g.clone());
         g

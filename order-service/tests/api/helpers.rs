@@ -173,6 +173,7 @@ impl TestApp {
                 start_at: Utc::now() - chrono::Duration::minutes(1),
                 end_at: Utc::now() + chrono::Duration::hours(1),
                 buckets: 1,
+                waiting_room: None,
             })
             .send()
             .await

@@ -144,3 +144,115 @@ async fn buckets_are_kept_shown_defaulted_and_checked() {
         app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap().json().await.unwrap();
     assert_eq!(list.len(), 2, "nothing refused was created");
 }
+
+/// A sale's waiting room is kept and shown, by id and in the list, its rate as a number or
+/// `"auto"` and its other fields defaulted when left out; a sale without one shows null.
+#[tokio::test]
+async fn a_waiting_room_is_kept_and_shown() {
+    use seckill_common::api::Goods;
+    use seckill_common::room::{RoomRate, WaitingRoom};
+
+    let app = spawn_app();
+    let create = |room: serde_json::Value| {
+        let body = json!({"name": "x", "price_cents": 10, "seckill_price_cents": 5, "stock_total": 8,
+            "start_at": "2030-01-01T00:00:00Z", "end_at": "2030-01-02T00:00:00Z", "waiting_room": room});
+        app.signed(Peer::Seckill, Method::POST, "/internal/stock/goods").json(&body).send()
+    };
+    let mut made = Vec::new();
+    for room in [
+        json!({"rate": 50, "opens_before_secs": 900, "admission_secs": 60, "pow_difficulty": 12}),
+        json!({"rate": "auto"}),
+        json!(null),
+    ] {
+        let res = create(room.clone()).await.unwrap();
+        assert_eq!(res.status(), 201, "{room}");
+        made.push(res.json::<Goods>().await.unwrap());
+    }
+    let fixed = WaitingRoom {
+        rate: RoomRate::PerSec(50),
+        opens_before_secs: 900,
+        admission_secs: 60,
+        pow_difficulty: 12,
+    };
+    let auto =
+        WaitingRoom { rate: RoomRate::AUTO, opens_before_secs: 600, admission_secs: 120, pow_difficulty: 0 };
+    assert_eq!(made.iter().map(|g| g.waiting_room).collect::<Vec<_>>(), vec![Some(fixed), Some(auto), None]);
+    for g in &made {
+        assert_eq!(&app.goods(g).await, g, "GET by id");
+    }
+
+    // As the JSON shows it: the rate a number or the word.
+    let shown: serde_json::Value = app
+        .signed(Peer::Gateway, Method::GET, &format!("/api/goods/{}", made[1].id))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        shown["waiting_room"],
+        json!({"rate": "auto", "opens_before_secs": 600, "admission_secs": 120, "pow_difficulty": 0})
+    );
+    let list: serde_json::Value =
+        app.signed(Peer::Gateway, Method::GET, "/api/goods").send().await.unwrap().json().await.unwrap();
+    let rooms: Vec<_> = list.as_array().unwrap().iter().map(|g| g["waiting_room"].clone()).collect();
+    assert_eq!(rooms[0]["rate"], 50);
+    assert_eq!((&rooms[1]["rate"], &rooms[2]), (&json!("auto"), &json!(null)));
+    let list: Vec<Goods> = serde_json::from_value(list).unwrap();
+    assert_eq!(list, made);
+}
+
+/// A room out of bounds, or on a sale already open, is refused with a 400 naming the field,
+/// and nothing is written.
+#[tokio::test]
+async fn a_waiting_room_out_of_bounds_or_on_a_started_sale_is_refused() {
+    let app = spawn_app();
+    let sale = |start_at: &str, room: serde_json::Value| {
+        json!({"name": "x", "price_cents": 10, "seckill_price_cents": 5, "stock_total": 8,
+            "start_at": start_at, "end_at": "2030-01-02T00:00:00Z", "waiting_room": room})
+    };
+    let later = "2030-01-01T00:00:00Z";
+    for (body, names) in [
+        (sale(later, json!({"rate": 0})), "waiting_room.rate"),
+        (sale(later, json!({"rate": 1_000_001})), "waiting_room.rate"),
+        (sale(later, json!({"rate": 1, "opens_before_secs": 604_801})), "waiting_room.opens_before_secs"),
+        (sale(later, json!({"rate": 1, "admission_secs": 9})), "waiting_room.admission_secs"),
+        (sale(later, json!({"rate": 1, "admission_secs": 3_601})), "waiting_room.admission_secs"),
+        (sale(later, json!({"rate": 1, "pow_difficulty": 25})), "waiting_room.pow_difficulty"),
+        (sale("2020-01-01T00:00:00Z", json!({"rate": "auto"})), "waiting_room"),
+        // What serde refuses: not a rate, a field no room has, no rate at all.
+        (sale(later, json!({"rate": "fast"})), "invalid JSON"),
+        (sale(later, json!({"rate": 1, "size": 3})), "size"),
+        (sale(later, json!({})), "rate"),
+    ] {
+        let res = app
+            .signed(Peer::Seckill, Method::POST, "/internal/stock/goods")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{body}");
+        let err: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(err["code"], "INVALID_INPUT", "{body}");
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains(names), "{names}: {message}");
+    }
+    let list: Vec<serde_json::Value> = app
+        .signed(Peer::Gateway, Method::GET, "/api/goods?state=upcoming,live,ended")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(list.is_empty(), "nothing refused was created: {list:?}");
+    // A sale already open may still be made, without a room.
+    let res = app
+        .signed(Peer::Seckill, Method::POST, "/internal/stock/goods")
+        .json(&sale("2020-01-01T00:00:00Z", json!(null)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+}

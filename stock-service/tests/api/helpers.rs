@@ -87,6 +87,7 @@ impl TestApp {
                 start_at: Utc::now() - Duration::minutes(1),
                 end_at: Utc::now() + Duration::hours(1),
                 buckets: 1,
+                waiting_room: None,
             })
             .send()
             .await

@@ -69,6 +69,7 @@ async fn create(app: &TestApp, name: &str, start_in: Duration) -> Goods {
         start_at,
         end_at: start_at + Duration::hours(2),
         buckets: 1,
+        waiting_room: None,
     };
     let res =
         app.signed(Peer::Seckill, Method::POST, "/internal/stock/goods").json(&new).send().await.unwrap();

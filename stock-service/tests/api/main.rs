@@ -7,6 +7,7 @@ mod listing;
 mod outage;
 mod read_bounds;
 mod releases;
+mod rooms;
 mod sale_input;
 mod startup;
 mod trust;
