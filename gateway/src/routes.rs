@@ -184,7 +184,7 @@ fn resource(routes: &[&'static PublicRoute]) -> Resource {
 
 /// A route anyone may call without a token: limited per client address, before anything of
 /// the request (its body) is read.
-fn anonymous(routes: &[&'static PublicRoute]) -> impl HttpServiceFactory {
+fn anonymous(routes: &[&'static PublicRoute]) -> impl HttpServiceFactory + use<> {
     resource(routes).wrap(from_fn(anonymous_limit))
 }
 

@@ -64,18 +64,28 @@ async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Le
         return Ok(());
     }
     let store = &state.rooms.store;
+    if now >= view.start_ms && store.lead(view.goods, &state.rooms.replica, LEAD_MS).await? {
+        lead(state, sale, view, leading, now).await?;
+    }
+    refresh(state, sale, view, now).await
+}
+
+/// Reads the room's state from Redis into this replica's memory (loading the room from its
+/// marks if Redis has lost it). The first time, also the marks Redis kept.
+pub async fn refresh(state: &AppState, sale: &Sale, view: &RoomView, now: i64) -> anyhow::Result<()> {
+    let store = &state.rooms.store;
     let g = view.goods;
     if !view.known() {
         view.remember(store.marks(g).await?);
-    }
-    if now >= view.start_ms && store.lead(g, &state.rooms.replica, LEAD_MS).await? {
-        lead(state, sale, view, leading, now).await?;
     }
     let observed = match store.observe(g).await? {
         Some(o) => o,
         None => {
             store.load(&sale.goods, now).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-            return Ok(());
+            store
+                .observe(g)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the room is not in Redis after loading it"))?
         }
     };
     let sold_out = sold_out(state, sale, now).await;

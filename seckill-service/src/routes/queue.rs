@@ -10,7 +10,9 @@ use seckill_common::room::{PlaceTicket, QueueJoin, QueueState, QueueStatus, Room
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
 use seckill_web::{ApiError, AuthUser};
 
-use crate::room::{RoomView, Standing};
+use std::sync::Arc;
+
+use crate::room::{RoomView, Standing, ticker};
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 
@@ -65,7 +67,7 @@ pub async fn join(
     let _slot = state.in_flight.enter("join")?;
     let code = state.rooms.store.join(&sale.goods, user.id, presented, now).await?;
     metrics::counter!("seckill_room_joins_total").increment(1);
-    let Some(view) = state.rooms.view(&sale.goods) else { return Err(no_room(sale.id())) };
+    let view = view_of(&state, &sale, now).await?;
     Ok(answer(&state, &view, code, user.id, now))
 }
 
@@ -84,8 +86,19 @@ pub async fn status(
         ApiError::invalid("the x-room-ticket header (the ticket the join answered) is required")
     })?;
     let held = state.rooms.key.open_ticket(ticket, sale.id(), user.id).map_err(refused)?;
-    let Some(view) = state.rooms.view(&sale.goods) else { return Err(no_room(sale.id())) };
-    Ok(answer(&state, &view, held.join, user.id, now_ms()))
+    let now = now_ms();
+    let view = view_of(&state, &sale, now).await?;
+    Ok(answer(&state, &view, held.join, user.id, now))
+}
+
+/// The sale's room as this replica sees it. The first request for a room this replica has
+/// not read yet reads it (once); every other answer comes from memory.
+async fn view_of(state: &AppState, sale: &Sale, now: i64) -> Result<Arc<RoomView>, ApiError> {
+    let view = state.rooms.view(&sale.goods).ok_or_else(|| no_room(sale.id()))?;
+    if !view.known() {
+        ticker::refresh(state, sale, &view, now).await.map_err(|e| ApiError::unavailable("redis", e))?;
+    }
+    Ok(view)
 }
 
 fn answer(state: &AppState, view: &RoomView, code: u64, user: UserId, now: i64) -> HttpResponse {

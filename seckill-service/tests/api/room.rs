@@ -118,16 +118,16 @@ async fn joins_before_the_opening_get_places_drawn_at_random_that_anyone_can_che
     let app = spawn_app();
     let n = 2_000;
     let sale = app.room_sale(10, Duration::from_secs(8), room(1_000)).await;
-    let tickets = join_all(&app, sale.id, 0..n, 32).await;
+    let tickets = join_all(&app, sale.id, 1..n + 1, 32).await;
     assert!(chrono::Utc::now() < sale.start_at, "every join before the opening");
-    let (_, before) = app.standing(0, sale.id, &tickets[0]).await;
+    let (_, before) = app.standing(1, sale.id, &tickets[0]).await;
     assert_eq!(before["place"], Value::Null, "no place before the draw: {before}");
     assert_eq!(before["draw"]["seed"], Value::Null, "the seed stays secret until the opening");
     let commitment = before["draw"]["commitment"].as_str().unwrap().to_owned();
     wait_until(sale.start_at).await;
 
     let drawn =
-        standing_until(&app, 0, sale.id, &tickets[0], Duration::from_secs(3), |b| !b["place"].is_null())
+        standing_until(&app, 1, sale.id, &tickets[0], Duration::from_secs(3), |b| !b["place"].is_null())
             .await;
     let seed_hex = drawn["draw"]["seed"].as_str().unwrap();
     let seed: [u8; 32] = (0..32)
@@ -141,7 +141,7 @@ async fn joins_before_the_opening_get_places_drawn_at_random_that_anyone_can_che
 
     let mut pairs = Vec::new();
     for (u, t) in tickets.iter().enumerate() {
-        let (_, body) = app.standing(u as i64, sale.id, t).await;
+        let (_, body) = app.standing(u as i64 + 1, sale.id, t).await;
         let place = body["place"].as_u64().unwrap();
         let join = join_of(t);
         assert_eq!(place, draw.place_of(join) + 1, "anyone recomputes the place from the seed");
@@ -245,11 +245,11 @@ async fn sold_out_reaches_every_waiter_within_a_second() {
     }
 }
 
-/// Each ticket holder's place and state, in ticket order (user = index).
+/// Each ticket holder's place and state, in ticket order (user = index + 1).
 async fn look(app: &TestApp, g: GoodsId, tickets: &[String]) -> Vec<(Option<u64>, String)> {
     let mut seen = Vec::new();
     for (u, t) in tickets.iter().enumerate() {
-        let (_, body) = app.standing(u as i64, g, t).await;
+        let (_, body) = app.standing(u as i64 + 1, g, t).await;
         seen.push((body["place"].as_u64(), body["state"].as_str().unwrap().to_owned()));
     }
     seen
@@ -259,11 +259,11 @@ async fn look(app: &TestApp, g: GoodsId, tickets: &[String]) -> Vec<(Option<u64>
 async fn a_redis_loss_changes_no_place_and_admits_nobody_again() {
     let app = spawn_app();
     let sale = app.room_sale(10, Duration::from_secs(3), room(20)).await;
-    let early = join_all(&app, sale.id, 0..100, 16).await;
+    let early = join_all(&app, sale.id, 1..101, 16).await;
     wait_until(sale.start_at).await;
-    let late = join_all(&app, sale.id, 100..150, 16).await;
+    let late = join_all(&app, sale.id, 101..151, 16).await;
     let tickets: Vec<String> = early.into_iter().chain(late).collect();
-    standing_until(&app, 149, sale.id, &tickets[149], Duration::from_secs(3), |b| !b["place"].is_null())
+    standing_until(&app, 150, sale.id, &tickets[149], Duration::from_secs(3), |b| !b["place"].is_null())
         .await;
     let before = look(&app, sale.id, &tickets).await;
     let admitted_before = before.iter().filter(|s| s.1 == "admitted").count();
@@ -278,7 +278,7 @@ async fn a_redis_loss_changes_no_place_and_admits_nobody_again() {
 
     // Joining again with the ticket, or asking with it: the same place.
     for (u, t) in tickets.iter().enumerate().step_by(7) {
-        let (status, body) = app.join(u as i64, sale.id, json!({"ticket": t})).await;
+        let (status, body) = app.join(u as i64 + 1, sale.id, json!({"ticket": t})).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["place"].as_u64(), before[u].0, "user {u} kept their place: {body}");
     }
@@ -300,14 +300,14 @@ async fn two_replicas_admit_no_faster_than_the_rate() {
     let second = app.replica();
     let sale = app.room_sale(10, Duration::from_millis(1_500), room(10)).await;
     wait_until(sale.start_at).await;
-    let tickets = join_all(&app, sale.id, 0..100, 16).await;
+    let tickets = join_all(&app, sale.id, 1..101, 16).await;
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     // Asked of the second replica: its view agrees with the first one's.
     let mut admitted = 0;
     for (u, t) in tickets.iter().enumerate() {
         let path = format!("/api/seckill/{}/queue", sale.id);
-        let (name, value) = keys::as_user(Peer::Seckill, "GET", &path, u as i64, Role::User);
+        let (name, value) = keys::as_user(Peer::Seckill, "GET", &path, u as i64 + 1, Role::User);
         let res = app
             .http
             .get(format!("{}{path}", second.url()))
