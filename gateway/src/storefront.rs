@@ -240,6 +240,9 @@ struct SaleView {
     end_ms: i64,
     /// Where the sale stood when the page was made; the script keeps it current.
     window_text: &'static str,
+    /// When the sale's waiting room opens (Unix ms): its page joins the room instead of
+    /// buying at once. None for a sale without a room.
+    room_opens_ms: Option<i64>,
 }
 
 impl SaleView {
@@ -266,6 +269,7 @@ impl SaleView {
             end_text: when(goods.end_at),
             start_ms: goods.start_at.timestamp_millis(),
             end_ms: goods.end_at.timestamp_millis(),
+            room_opens_ms: goods.waiting_room.map(|r| r.opens_at(goods.start_at).timestamp_millis()),
             window_text: match goods.window_at(now) {
                 SaleWindow::NotStarted => "Opens soon",
                 SaleWindow::Open => "On now",

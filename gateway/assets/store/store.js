@@ -207,6 +207,10 @@
     if (!sale) return;
     var id = sale.dataset.goodsId;
     var start = Number(sale.dataset.startMs), end = Number(sale.dataset.endMs);
+    // A sale with a waiting room: Buy joins it (from when it opens), and the buy itself
+    // starts on its own when the buyer's place comes up, with the admission it gives.
+    var roomOpens = sale.dataset.roomOpensMs ? Number(sale.dataset.roomOpensMs) : null;
+    var admission = null;
     var buy = $('buy'), status = $('status'), countdown = $('countdown');
     // The server's clock less the buyer's: the countdown is right whatever the buyer's says.
     var offset = 0;
@@ -223,7 +227,9 @@
       else if (t >= end) countdown.textContent = 'This sale has ended.';
       else if (soldOut) countdown.textContent = 'Sold out';
       else countdown.textContent = 'On now: closes in ' + span(end - t);
-      buy.disabled = !synced || busy || bought || soldOut || t < start || t >= end;
+      var opens = roomOpens === null ? start : roomOpens;
+      buy.disabled = !synced || busy || bought || soldOut || t < opens || t >= end;
+      if (roomOpens !== null && !busy && !bought) buy.textContent = t < start ? 'Join the line' : 'Buy now';
     }
 
     async function sync() {
@@ -279,6 +285,54 @@
       }
     }
 
+    // The place ticket, kept across reloads: presented again, it keeps the place even if the
+    // shop lost track of it.
+    function ticketKey() { return 'seckill.room.' + id + '.' + ((claims(token()) || {}).sub || ''); }
+    function keptTicket() {
+      try { return localStorage.getItem(ticketKey()); } catch (e) { return null; }
+    }
+    function keepTicket(t) {
+      try { localStorage.setItem(ticketKey(), t); } catch (e) { /* kept by the shop alone */ }
+    }
+
+    function showPlace(q) {
+      $('room').hidden = false;
+      $('room-place').textContent = q.place ? '#' + q.place : 'drawn when the sale opens';
+      $('room-wait').textContent = q.state === 'waiting' && q.ahead !== null
+        ? ' — ' + q.ahead + ' ahead of you' + (q.wait_secs !== null ? ', about ' + span(q.wait_secs * 1000) : '')
+        : '';
+    }
+
+    // The waiting room: joins (or rejoins with the kept ticket), then asks where the buyer
+    // stands, more often as the turn nears, until the place comes up (true: admitted).
+    async function waitInRoom() {
+      var ticket = keptTicket();
+      tell('Joining the line…');
+      var r = await patient('POST', '/api/seckill/' + id + '/queue', { json: ticket ? { ticket: ticket } : {} }, tell);
+      if (r.status === 403 && ticket) {
+        // A ticket of another key or user: join afresh.
+        r = await patient('POST', '/api/seckill/' + id + '/queue', { json: {} }, tell);
+      }
+      for (;;) {
+        if (r.status !== 200 || !r.body) {
+          if (r.status >= 400 && r.status < 500) { settle(r); return false; }
+          tell('Still in line: the shop did not answer, asking again…');
+        } else {
+          var q = r.body;
+          keepTicket(q.ticket);
+          showPlace(q);
+          if (q.state === 'admitted') { admission = q.admission; return true; }
+          if (q.state === 'sold_out') { soldOut = true; tell(MESSAGES.SOLD_OUT); return false; }
+          if (q.state === 'closed') { tell('Your turn has passed: the line moved on.'); return false; }
+          tell(q.place ? 'You are in line. Keep this page open: your turn starts the buy by itself.'
+            : 'You are in the line. Places are drawn at random when the sale opens: joining early or late is the same.');
+          var wait = q.wait_secs === null ? 2 : Math.min(Math.max(q.wait_secs / 4, 0.5), 5);
+          await sleep(wait * 1000 + Math.random() * 200);
+        }
+        r = await call('GET', '/api/seckill/' + id + '/queue', { headers: { 'x-room-ticket': keptTicket() || '' } });
+      }
+    }
+
     async function purchase() {
       if (!token()) {
         tell('Sign in first, then press Buy.');
@@ -289,16 +343,20 @@
       busy = true;
       tick();
       try {
+        if (roomOpens !== null && !(await waitInRoom())) return;
+        var room = admission ? { 'x-room-admission': admission } : {};
         var o;
         // An order answered 503 BUSY may have spent its path token (the queue did not take it
         // and its unit went back): each try asks for the token again, which is the same one
         // while it is unused.
         for (var attempt = 1; ; attempt++) {
           tell('Getting your place in line…');
-          var t = await patient('POST', '/api/seckill/' + id + '/token', {}, tell);
+          var t = await patient('POST', '/api/seckill/' + id + '/token', { headers: room }, tell);
           if (t.status !== 200 || !t.body) return settle(t);
           tell('Placing your order…');
-          o = await call('POST', '/api/seckill/' + id + '/orders', { headers: { 'x-seckill-token': t.body.token } });
+          o = await call('POST', '/api/seckill/' + id + '/orders', {
+            headers: Object.assign({ 'x-seckill-token': t.body.token }, room)
+          });
           if (!asksToWait(o) || attempt >= MAX_TRIES) break;
           await waitAsTold(o, tell);
         }
