@@ -470,8 +470,9 @@ errors!(CreateSaleErrors: ADMIN, ADMIN_LIMIT, BODY_LIMIT, &[
         ErrorCode::InvalidInput,
         "The body is not a `NewGoods` (unknown fields are refused), a field breaks its rule (a \
          name that is not printable text of one line, a time that is not RFC 3339 or lies outside \
-         1970 to 9999, a number past its bounds), or its fields disagree: the message names the \
-         field. Decided before anything is written.",
+         1970 to 9999, a number past its bounds, a waiting room's rate that is neither 1 to \
+         1,000,000 nor `auto`), or its fields disagree (a waiting room for a sale that has \
+         started): the message names the field. Decided before anything is written.",
     ),
     (ErrorCode::Unavailable, "stock-service or Redis did not answer: try again shortly."),
 ], FORWARDED);

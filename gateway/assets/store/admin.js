@@ -1,5 +1,6 @@
-// The admin page: sign in as an admin, create a sale, watch a sale's figures (every 2 s from
-// its audit), render the storefront's pages now. Plain JS, no framework.
+// The admin page: sign in as an admin, create a sale (with a waiting room if asked), watch a
+// sale's figures (every 2 s from its audit), render the storefront's pages now. Plain JS, no
+// framework.
 (function () {
   'use strict';
 
@@ -96,6 +97,35 @@
     return function (name) { return form.elements.namedItem(name).value; };
   }
 
+  // The room as the API takes it: the rate a number a second or the word auto; a number left
+  // empty takes the service's default.
+  function waitingRoom(f) {
+    var rate = f('room_rate').trim().toLowerCase();
+    var room = { rate: rate === 'auto' ? 'auto' : Number(rate) };
+    ['opens_before_secs', 'admission_secs', 'pow_difficulty'].forEach(function (name) {
+      if (f('room_' + name) !== '') room[name] = Number(f('room_' + name));
+    });
+    return room;
+  }
+
+  // Disabled while unticked, so that its fields are neither checked nor sent.
+  function toggleRoom() {
+    var on = $('room').checked;
+    $('room-settings').hidden = !on;
+    $('room-settings').disabled = !on;
+  }
+
+  function rateText(room) {
+    return room.rate === 'auto' ? 'auto rate' : room.rate + ' a second';
+  }
+
+  function roomText(room) {
+    if (!room) return 'none';
+    var text = rateText(room) + ', opens ' + room.opens_before_secs + ' s before the sale, admissions of ' +
+      room.admission_secs + ' s';
+    return room.pow_difficulty ? text + ', proof of work of ' + room.pow_difficulty + ' bits' : text;
+  }
+
   async function createSale(e) {
     e.preventDefault();
     var f = field(e.target);
@@ -110,6 +140,8 @@
     };
     // Optional: left empty, the sale has the service's default (1 bucket).
     if (f('buckets') !== '') sale.buckets = Number(f('buckets'));
+    // None unless ticked.
+    if ($('room').checked) sale.waiting_room = waitingRoom(f);
     var r = await call('POST', '/api/admin/goods', sale);
     out.textContent = '';
     if (r.status !== 201) {
@@ -124,16 +156,21 @@
     await loadSales(r.body.id);
   }
 
+  // The sales listed, by id: their rooms, for the figures.
+  var sales = {};
+
   async function loadSales(choose) {
     var select = $('audit-goods');
     var keep = choose || select.value;
     var r = await call('GET', '/api/goods');
     if (r.status !== 200 || !Array.isArray(r.body)) return;
     select.textContent = '';
+    sales = {};
     r.body.forEach(function (g) {
+      sales[g.id] = g;
       var option = document.createElement('option');
       option.value = g.id;
-      option.textContent = g.id + ': ' + g.name;
+      option.textContent = g.id + ': ' + g.name + (g.waiting_room ? ' (waiting room, ' + rateText(g.waiting_room) + ')' : '');
       select.append(option);
     });
     if (keep && select.querySelector('option[value="' + keep + '"]')) select.value = String(keep);
@@ -158,6 +195,8 @@
 
   async function auditOnce() {
     var id = $('audit-goods').value;
+    // From the list, not the audit: a room is set when the sale is made, never after.
+    if (sales[id]) $('fig-room').textContent = roomText(sales[id].waiting_room);
     if (id && token() && !document.hidden) {
       var r = await call('GET', '/api/admin/goods/' + id + '/audit');
       var list = $('fig-differences');
@@ -199,6 +238,8 @@
       show('');
     });
     $('create-sale').addEventListener('submit', createSale);
+    $('room').addEventListener('change', toggleRoom);
+    toggleRoom();
     $('audit-goods').addEventListener('change', audit);
     $('render').addEventListener('click', renderPages);
     document.addEventListener('visibilitychange', audit);

@@ -35,7 +35,9 @@
     UNAVAILABLE: 'Try again: the shop is having trouble right now.',
     UPSTREAM_UNAVAILABLE: 'Try again: the shop is having trouble right now.',
     UPSTREAM_TIMEOUT: 'Try again: the shop took too long to answer.',
-    INTERNAL: 'Try again: something went wrong on our side.'
+    INTERNAL: 'Try again: something went wrong on our side.',
+    NO_WAITING_ROOM: 'This sale has no waiting room: press Buy when it opens.',
+    NOT_ADMITTED: 'Wait for your turn in the waiting room, then press Buy.'
   };
 
   function $(id) { return document.getElementById(id); }

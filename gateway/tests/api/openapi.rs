@@ -10,6 +10,7 @@ use seckill_common::api::{
     AuthorityAudit, DevTokenRequest, Goods, NewGoods, Order, OrderAccepted, OrderStatus, QueueAudit,
     RedisAudit, Role, SaleAudit, SaleRepair, SeckillResult, SeckillStatus, TokenResponse,
 };
+use seckill_common::room::{RoomRate, WaitingRoom};
 use seckill_common::{ErrorBody, ErrorCode, GoodsId, OrderId, UserId};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -393,6 +394,16 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         waiting_room: None,
     };
     let accepted = OrderAccepted { status: SeckillStatus::Queued, request_id: uuid::Uuid::new_v4() };
+    // A sale's waiting room: its rate a number or the word `auto`.
+    let room = WaitingRoom {
+        rate: RoomRate::PerSec(50),
+        opens_before_secs: 600,
+        admission_secs: 120,
+        pow_difficulty: 8,
+    };
+    let auto = WaitingRoom { rate: RoomRate::AUTO, ..room };
+    let goods_in_a_room = Goods { waiting_room: Some(room), ..goods.clone() };
+    let new_goods_in_a_room = NewGoods { waiting_room: Some(auto), ..new_goods.clone() };
 
     let checks = [
         check_sample(&doc, "OrderAccepted", &accepted),
@@ -405,6 +416,9 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
         check_sample(&doc, "Order", &order),
         check_sample(&doc, "Goods", &goods),
         check_sample(&doc, "NewGoods", &new_goods),
+        check_sample(&doc, "Goods", &goods_in_a_room),
+        check_sample(&doc, "NewGoods", &new_goods_in_a_room),
+        check_sample(&doc, "WaitingRoom", &auto),
         check_sample(&doc, "TokenResponse", &TokenResponse { token: "abc".into() }),
         check_sample(
             &doc,
@@ -434,6 +448,38 @@ fn the_schemas_of_the_bodies_match_what_serde_writes() {
     let list =
         &doc["paths"]["/api/orders"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
     check(&doc, list, &serde_json::to_value(vec![order]).unwrap(), "orders").unwrap();
+    let list =
+        &doc["paths"]["/api/goods"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+    check(&doc, list, &serde_json::to_value(vec![goods, goods_in_a_room]).unwrap(), "goods").unwrap();
+}
+
+#[test]
+fn the_waiting_room_is_in_the_sales_schemas_and_its_rate_is_a_number_or_auto() {
+    let doc = the_document();
+    let schemas = &doc["components"]["schemas"];
+    for name in ["Goods", "NewGoods"] {
+        let room = &schemas[name]["properties"]["waiting_room"];
+        assert!(room.is_object(), "{name} has no waiting_room: {}", schemas[name]);
+        let required = schemas[name]["required"].as_array().unwrap();
+        assert!(!required.contains(&json!("waiting_room")), "{name}: a sale may have no room");
+        check(&doc, room, &Value::Null, name).unwrap();
+    }
+    let room = json!({"$ref": "#/components/schemas/WaitingRoom"});
+    let fields = |rate: Value| json!({"rate": rate, "opens_before_secs": 0, "admission_secs": 10, "pow_difficulty": 0});
+    for rate in [json!(1), json!(1_000_000), json!("auto")] {
+        check(&doc, &room, &fields(rate.clone()), "room").unwrap_or_else(|e| panic!("{rate}: {e}"));
+    }
+    for refused in [
+        fields(json!("fast")),
+        fields(json!(-1)),
+        fields(json!(null)),
+        json!({"opens_before_secs": 0}),
+        json!({"rate": 1, "admission_secs": 9}),
+        json!({"rate": 1, "pow_difficulty": 25}),
+        json!({"rate": 1, "opens_before_secs": 604_801}),
+    ] {
+        assert!(check(&doc, &room, &refused, "room").is_err(), "{refused}");
+    }
 }
 
 #[test]

@@ -384,13 +384,28 @@ async fn the_assets_and_the_admin_page_are_served() {
     assert_eq!(res.status(), 200);
     assert_eq!(header(&res, "content-type"), "text/html; charset=utf-8");
     let html = res.text().await.unwrap();
-    for id in ["admin-user", "admin-signin", "create-sale", "audit-goods", "fig-sold", "fig-queued", "render"]
-    {
+    for id in [
+        "admin-user",
+        "admin-signin",
+        "create-sale",
+        "room",
+        "room-settings",
+        "audit-goods",
+        "fig-sold",
+        "fig-queued",
+        "fig-room",
+        "render",
+    ] {
         assert!(html.contains(&format!("id=\"{id}\"")), "no #{id} in {html}");
     }
     assert!(html.contains("/static/admin.js?v="), "{html}");
     // The new sale's stock buckets: optional, 1 to 8.
     assert!(html.contains(r#"<input name="buckets" type="number" min="1" max="8""#), "{html}");
+    // The waiting room's settings: off, so neither checked nor sent, until the box is ticked.
+    assert!(html.contains(r#"<fieldset id="room-settings" class="grid room" disabled hidden>"#), "{html}");
+    for name in ["room_rate", "room_opens_before_secs", "room_admission_secs", "room_pow_difficulty"] {
+        assert!(html.contains(&format!("name=\"{name}\"")), "no {name} in {html}");
+    }
     assert_eq!(app.get("/static/admin.js").send().await.unwrap().status(), 200);
 }
 

@@ -1,7 +1,9 @@
-//! The admin page: an admin signs in, creates a sale with the form, and its figures show.
+//! The admin page: an admin signs in, creates a sale with the form, and its figures show; a
+//! sale made with a waiting room shows its room.
 
 use fantoccini::Locator;
 use seckill_common::GoodsId;
+use seckill_common::room::{RoomRate, WaitingRoom};
 use seckill_e2e::spawn_system;
 
 use crate::browser::{self, PATIENCE};
@@ -52,5 +54,35 @@ async fn an_admin_creates_a_sale_and_sees_its_figures() {
         opens_in > chrono::Duration::minutes(3) && opens_in <= chrono::Duration::minutes(5),
         "{opens_in}"
     );
+    assert_eq!(goods.waiting_room, None, "no room unless ticked");
+    assert_eq!(browser.text("fig-room").await, "none");
+
+    // A second sale, behind a waiting room: the box ticked, a rate and a proof of work typed,
+    // the rest of the room as offered.
+    assert!(!browser.displayed("room-settings").await, "the room's settings show once ticked");
+    browser.fill(Locator::Css("#create-sale input[name=name]"), "Floor lamp").await;
+    browser.click("room").await;
+    browser.wait_until("the room's settings show", || browser.displayed("room-settings")).await;
+    browser.fill(Locator::Css("#create-sale input[name=room_rate]"), "40").await;
+    browser.fill(Locator::Css("#create-sale input[name=room_pow_difficulty]"), "4").await;
+    browser.click("create").await;
+    let created = browser.wait_text("created", PATIENCE, |t| t.ends_with(": Floor lamp")).await;
+    let id: i64 = created
+        .strip_prefix("Created sale ")
+        .and_then(|rest| rest.strip_suffix(": Floor lamp"))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("a sale id in {created:?}"));
+    let room = "40 a second, opens 600 s before the sale, admissions of 120 s, proof of work of 4 bits";
+    browser.wait_for_text("fig-room", room).await;
+    let listed = browser.text("audit-goods").await;
+    assert!(listed.contains(&format!("{id}: Floor lamp (waiting room, 40 a second)")), "{listed}");
+    let goods = sys.goods(GoodsId::new(id).expect("a goods id")).await;
+    let asked = WaitingRoom {
+        rate: RoomRate::PerSec(40),
+        opens_before_secs: 600,
+        admission_secs: 120,
+        pow_difficulty: 4,
+    };
+    assert_eq!(goods.waiting_room, Some(asked));
     browser.close().await;
 }
