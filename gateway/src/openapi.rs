@@ -54,7 +54,7 @@ is at `GET /api/orders/{id}`, to pay or cancel before it expires.
 Every error is an `ErrorBody`, `{\"code\": \"UPPER_SNAKE\", \"message\": \"...\"}`; each \
 operation lists the codes it may answer. A 429, and a 503 `BUSY` from a replica shedding \
 load, carry `Retry-After` (seconds). Any path answers 404 `NOT_FOUND` when no route has it and \
-405 `METHOD_NOT_ALLOWED` (with `Allow` naming the one it takes) for a method its route does not \
+405 `METHOD_NOT_ALLOWED` (with `Allow` naming the methods it takes) for a method its route does not \
 take. Every answer carries an `x-request-id`: the client's own when it sent a plain one (up to \
 128 of `A-Za-z0-9._:-`), else a new one.";
 
@@ -65,6 +65,8 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
         operations::path_token,
         operations::buy,
         operations::poll_result,
+        operations::join_queue,
+        operations::queue_status,
         operations::list_goods,
         operations::get_goods,
         operations::list_orders,
@@ -90,7 +92,7 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
     // Not reached through a path's own types: the error responses are built by hand.
     components(schemas(seckill_common::ErrorBody)),
     tags(
-        (name = "buying", description = "A buyer's clicks: the path token, the buy, the result."),
+        (name = "buying", description = "A buyer's clicks: the waiting room, the path token, the buy, the result."),
         (name = "goods", description = "The sales, for anyone."),
         (name = "orders", description = "The caller's own orders: look up, pay, cancel."),
         (name = "admin", description = "Publishing a sale, and comparing and repairing its data."),
@@ -358,7 +360,8 @@ const FORWARDED: Cases = &[
     (ErrorCode::UriTooLong, "The path and query are longer than 8 KiB."),
     (
         ErrorCode::HeadersTooLarge,
-        "A header the service reads (`content-type`, `x-seckill-token`) is longer than 1 KiB.",
+        "A header the service reads (`content-type`, `x-seckill-token`, `x-room-ticket`, \
+         `x-room-admission`) is longer than 1 KiB.",
     ),
     (
         ErrorCode::UpstreamUnavailable,
@@ -430,7 +433,21 @@ const ORDER_NOT_FOUND: Cases = &[(
 )];
 const DATABASE: Cases = &[(ErrorCode::Unavailable, "The database did not answer: try again shortly.")];
 
-errors!(BuyErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
+/// The buy routes of a sale with a waiting room.
+const ROOM_ADMISSION: Cases = &[(
+    ErrorCode::NotAdmitted,
+    "The sale has a waiting room, and the request carries no `x-room-admission`, or one of another \
+     user or sale, a forged one, or one past its life: join the room and wait for the admission.",
+)];
+const ROOM_TICKET: Cases = &[
+    (
+        ErrorCode::BadToken,
+        "The place ticket is not this shop's, or is another user's or another sale's: join again \
+         without it.",
+    ),
+    (ErrorCode::NoWaitingRoom, "The sale has no waiting room: buy directly."),
+];
+errors!(BuyErrors: TOKEN, BUY_CLICK, ROOM_ADMISSION, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
     (ErrorCode::BadToken, "No `x-seckill-token`, or one that is wrong, used or expired: ask for a new one."),
     (ErrorCode::Repeated, "The buyer already holds a unit of this sale, whatever path token the click carries."),
     (
@@ -439,7 +456,36 @@ errors!(BuyErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
          data is being rebuilt: try again.",
     ),
 ], FORWARDED);
-errors!(PathTokenErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, FORWARDED);
+errors!(PathTokenErrors: TOKEN, BUY_CLICK, ROOM_ADMISSION, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, FORWARDED);
+errors!(JoinErrors: TOKEN, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, ROOM_TICKET, &[
+    (ErrorCode::RateLimited, "Over the user's buy limit (`rate_limit.buy`): a join counts as a click."),
+    (
+        ErrorCode::Busy,
+        "More buy clicks in progress than this gateway or seckill-service replica takes right \
+         now: shed at once, with `Retry-After`.",
+    ),
+    (
+        ErrorCode::NotStarted,
+        "The room is not open yet (it opens `opens_before_secs` before the sale): the message says when.",
+    ),
+    (ErrorCode::Ended, "The sale has ended."),
+    (
+        ErrorCode::SoldOut,
+        "Sold out: the gateway answers a sale's clicks this way for `sold_out.remember_ms` after \
+         seckill-service did.",
+    ),
+    (ErrorCode::InvalidInput, "The body is not a `QueueJoin`, or its ticket is malformed."),
+    (ErrorCode::Unavailable, "Redis or stock-service did not answer: join again shortly."),
+], FORWARDED);
+errors!(QueueStatusErrors: TOKEN, BAD_GOODS_ID, NO_SALE, ROOM_TICKET, &[
+    (ErrorCode::RateLimited, "Over the user's polling limit (`rate_limit.poll`)."),
+    (ErrorCode::InvalidInput, "No `x-room-ticket`, or a malformed one."),
+    (
+        ErrorCode::Unavailable,
+        "Redis did not answer this replica's first look at the room (every later answer comes \
+         from memory).",
+    ),
+], FORWARDED);
 errors!(ResultErrors: TOKEN, BAD_GOODS_ID, NO_SALE, &[
     (ErrorCode::RateLimited, "Over the user's polling limit (`rate_limit.poll`)."),
     (
@@ -511,6 +557,7 @@ mod operations {
         DevTokenRequest, Goods, NewGoods, Order, OrderAccepted, SaleAudit, SaleRepair, SaleState,
         SeckillResult, TokenResponse,
     };
+    use seckill_common::room::{QueueJoin, QueueStatus};
     use seckill_common::{GoodsId, OrderId};
     use utoipa::ToSchema;
 
@@ -559,6 +606,7 @@ mod operations {
                     characters; used once). Required unless seckill-service runs with \
                     `seckill.require_token = false`."
             ),
+            ("x-room-admission" = Option<String>, Header, description = ADMISSION_HEADER),
         ),
         responses(
             (status = 202, description = "Accepted and queued: poll the result.", body = OrderAccepted),
@@ -577,7 +625,10 @@ mod operations {
         post,
         path = "/api/seckill/{goods_id}/token",
         tag = "buying",
-        params(("goods_id" = GoodsId, Path, description = "The sale.", example = 1)),
+        params(
+            ("goods_id" = GoodsId, Path, description = "The sale.", example = 1),
+            ("x-room-admission" = Option<String>, Header, description = ADMISSION_HEADER),
+        ),
         responses(
             (status = 200, description = "The path token.", body = TokenResponse),
             PathTokenErrors,
@@ -602,6 +653,53 @@ mod operations {
         )
     )]
     fn poll_result() {}
+
+    const ADMISSION_HEADER: &str = "On a sale with a waiting room: the admission from \
+        `GET /api/seckill/{goods_id}/queue` once the buyer's place came up (bound to the buyer \
+        and the sale, good until `admission_expires_at`). Required there, ignored elsewhere.";
+
+    /// Join a sale's waiting room
+    ///
+    /// A place in the sale's line, once per user: joining again answers the same place. Who
+    /// joins before the sale opens (from `opens_before_secs` before it) gets a place drawn at
+    /// random at the opening, whenever they joined; who joins after goes to the back, in
+    /// arrival order. The answer's `ticket` says where the buyer stands when sent as
+    /// `x-room-ticket`; presented again in the body, it keeps the place even if the shop lost
+    /// track of it. The body is optional.
+    #[utoipa::path(
+        post,
+        path = "/api/seckill/{goods_id}/queue",
+        tag = "buying",
+        params(("goods_id" = GoodsId, Path, description = "The sale (one with a waiting room).", example = 1)),
+        request_body(content = Option<QueueJoin>, description = "Optional: a ticket given before."),
+        responses(
+            (status = 200, description = "The buyer's place and where it stands.", body = QueueStatus),
+            JoinErrors,
+        )
+    )]
+    fn join_queue() {}
+
+    /// Where the buyer stands in the waiting room
+    ///
+    /// Places ahead, the estimated wait and the state: `waiting`, `admitted` (with the
+    /// admission the sale's token and order routes ask for), `sold_out`, or `closed` (the sale
+    /// ended, or the admission's life did). Answered from the replica's memory: ask as often as
+    /// the wait suggests. The `draw` shows the commitment to the seed before the opening and the
+    /// seed after, so anyone can recompute every early joiner's place.
+    #[utoipa::path(
+        get,
+        path = "/api/seckill/{goods_id}/queue",
+        tag = "buying",
+        params(
+            ("goods_id" = GoodsId, Path, description = "The sale.", example = 1),
+            ("x-room-ticket" = String, Header, description = "The `ticket` the join answered."),
+        ),
+        responses(
+            (status = 200, description = "Where the ticket's holder stands.", body = QueueStatus),
+            QueueStatusErrors,
+        )
+    )]
+    fn queue_status() {}
 
     /// List the sales
     ///

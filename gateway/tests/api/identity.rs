@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::{Echo, TestApp, echoed, raw_exchange, settings, spawn_app, user_token};
 
@@ -80,6 +80,8 @@ async fn method_path_query_body_and_the_headers_a_service_reads_are_forwarded_un
         .post("/api/seckill/12/orders?a=1&b=%20x")
         .bearer_auth(user_token(9))
         .header("x-seckill-token", "path-token-abc")
+        .header("x-room-admission", "v1.a.admission")
+        .header("x-room-ticket", "v1.p.ticket")
         .header("content-type", "application/json")
         .header("accept", "application/json")
         .header("x-custom", "not a header any service reads")
@@ -95,6 +97,10 @@ async fn method_path_query_body_and_the_headers_a_service_reads_are_forwarded_un
     assert_eq!(seen["body"], r#"{"qty":1}"#);
     let headers = &seen["headers"];
     assert_eq!(headers["x-seckill-token"], "path-token-abc");
+    assert_eq!(
+        (&headers["x-room-admission"], &headers["x-room-ticket"]),
+        (&json!("v1.a.admission"), &json!("v1.p.ticket"))
+    );
     assert_eq!(headers["content-type"], "application/json");
     // Not on the allow list: the gateway's own client asks for anything, as it always did.
     assert_eq!(headers["accept"], "*/*");

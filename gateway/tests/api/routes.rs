@@ -28,6 +28,8 @@ async fn a_known_route_with_another_method_is_405() {
         (reqwest::Method::GET, "/api/admin/goods", "POST"),
         (reqwest::Method::PUT, "/", "GET"),
         (reqwest::Method::TRACE, "/healthz", "GET"),
+        // One path, two routes: both methods named, each reached (below).
+        (reqwest::Method::DELETE, "/api/seckill/1/queue", "POST, GET"),
     ];
     for (method, path, allow) in cases {
         let res = app.client.request(method.clone(), format!("{}{path}", app.address)).send().await.unwrap();
@@ -47,6 +49,8 @@ async fn each_route_reaches_its_service() {
         ("POST", "/api/seckill/1/token", "seckill"),
         ("POST", "/api/seckill/1/orders", "seckill"),
         ("GET", "/api/seckill/1/result", "seckill"),
+        ("POST", "/api/seckill/1/queue", "seckill"),
+        ("GET", "/api/seckill/1/queue", "seckill"),
         ("GET", "/api/orders", "order"),
         ("GET", "/api/orders/1", "order"),
         ("POST", "/api/orders/1/pay", "order"),
