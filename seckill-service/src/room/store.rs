@@ -95,7 +95,7 @@ impl RoomStore {
             let reply: i64 = self
                 .join
                 .key(self.keys.room(g))
-                .key(self.keys.room_members(g))
+                .key(self.keys.room_members(g, u))
                 .arg(u.get())
                 .arg(now_ms)
                 .arg(goods.start_at.timestamp_millis())

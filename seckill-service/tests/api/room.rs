@@ -95,6 +95,8 @@ async fn joins_after_the_opening_are_admitted_in_arrival_order() {
         tickets.push(body["ticket"].as_str().unwrap().to_owned());
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    // The draw (of nobody) follows the opening within a tick of the leader's.
+    standing_until(&app, 100, sale.id, &tickets[0], Duration::from_secs(2), |b| !b["place"].is_null()).await;
     // Every look: those admitted are the first ones in arrival order, the places 1, 2, 3, ...
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut last_admitted = 0;
@@ -226,7 +228,9 @@ async fn sold_out_reaches_every_waiter_within_a_second() {
     let app = spawn_app_with(|s| s.seckill.require_token = false);
     let sale = app.room_sale(1, Duration::from_millis(1_500), room(1)).await;
     wait_until(sale.start_at).await;
-    let tickets = join_all(&app, sale.id, 200..250, 16).await;
+    // The first in line, then 49 behind.
+    let mut tickets = join_all(&app, sale.id, 200..201, 1).await;
+    tickets.extend(join_all(&app, sale.id, 201..250, 16).await);
     let first =
         standing_until(&app, 200, sale.id, &tickets[0], Duration::from_secs(3), |b| b["state"] == "admitted")
             .await;

@@ -26,7 +26,7 @@ pub const JOIN_LEASE_AFTER: i64 = -3;
 /// A buyer's place: the one they hold, or, presenting a ticket (a code this room signed), that
 /// one, or a new one at the end of the current phase (before the opening until the first call
 /// at or after it, or the draw, closes it).
-/// KEYS: room, members. ARGV: user id, now (ms), the sale's start (ms), the ticket's code or ''.
+/// KEYS: room, the user's member group. ARGV: user id, now (ms), the sale's start (ms), the ticket's code or ''.
 /// Returns the code, or JOIN_NOT_LOADED (the room is not in Redis: load it from stock-service's
 /// marks), or JOIN_LEASE_* (the phase's leased numbers are used up: lease more, raise the cap).
 pub const JOIN: &str = r"
