@@ -160,6 +160,9 @@ pub struct RateLimitSettings {
     /// Per client address on the routes without a token (`GET /api/goods[/{id}]`,
     /// `POST /api/auth/dev-token`). Generous: clients behind one NAT share it.
     pub anonymous: LimitSettings,
+    /// Per client address, joining a sale's waiting room (each join also takes from the user's
+    /// `buy` limit): how many accounts one address may line up. Clients behind one NAT share it.
+    pub join: LimitSettings,
     /// Keep the buckets in Redis (`redis.*`), shared by every gateway replica. Off: each
     /// replica limits alone, so N replicas let a client through N times the limit.
     pub shared: bool,
@@ -197,6 +200,7 @@ impl Default for RateLimitSettings {
             orders: LimitSettings::default(),
             admin: LimitSettings::default(),
             anonymous: LimitSettings::default(),
+            join: LimitSettings::default(),
             shared: true,
             lease: 1,
             shared_timeout_ms: 100,
@@ -214,6 +218,7 @@ impl RateLimitSettings {
             Class::Orders => self.orders,
             Class::Admin => self.admin,
             Class::Anonymous => self.anonymous,
+            Class::Join => self.join,
         }
     }
 }
@@ -229,6 +234,7 @@ impl Class {
             Class::Orders => (10, 20),
             Class::Admin => (20, 40),
             Class::Anonymous => (50, 100),
+            Class::Join => (10, 50),
         }
     }
 
@@ -240,6 +246,7 @@ impl Class {
             Class::Orders => ("rate_limit.orders.per_sec", "rate_limit.orders.burst"),
             Class::Admin => ("rate_limit.admin.per_sec", "rate_limit.admin.burst"),
             Class::Anonymous => ("rate_limit.anonymous.per_sec", "rate_limit.anonymous.burst"),
+            Class::Join => ("rate_limit.join.per_sec", "rate_limit.join.burst"),
         }
     }
 }

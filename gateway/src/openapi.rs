@@ -458,7 +458,11 @@ errors!(BuyErrors: TOKEN, BUY_CLICK, ROOM_ADMISSION, BAD_GOODS_ID, NO_SALE, BODY
 ], FORWARDED);
 errors!(PathTokenErrors: TOKEN, BUY_CLICK, ROOM_ADMISSION, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, FORWARDED);
 errors!(JoinErrors: TOKEN, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, ROOM_TICKET, &[
-    (ErrorCode::RateLimited, "Over the user's buy limit (`rate_limit.buy`): a join counts as a click."),
+    (
+        ErrorCode::RateLimited,
+        "Over the user's buy limit (`rate_limit.buy`: a join counts as a click), or the client \
+         address's join limit (`rate_limit.join`: how many accounts one address may line up).",
+    ),
     (
         ErrorCode::Busy,
         "More buy clicks in progress than this gateway or seckill-service replica takes right \

@@ -39,10 +39,14 @@ pub enum Class {
     /// The routes without a token, per client address: `GET /api/goods[/{id}]`,
     /// `POST /api/auth/dev-token`.
     Anonymous,
+    /// Joining a sale's waiting room, per client address (besides the user's buy limit): one
+    /// address joining for many users is a farm of accounts.
+    Join,
 }
 
 impl Class {
-    pub const ALL: [Class; 5] = [Class::Buy, Class::Poll, Class::Orders, Class::Admin, Class::Anonymous];
+    pub const ALL: [Class; 6] =
+        [Class::Buy, Class::Poll, Class::Orders, Class::Admin, Class::Anonymous, Class::Join];
 
     /// The class's name in settings (`rate_limit.<name>.*`), metrics and Redis keys.
     pub fn name(self) -> &'static str {
@@ -52,6 +56,7 @@ impl Class {
             Class::Orders => "orders",
             Class::Admin => "admin",
             Class::Anonymous => "anonymous",
+            Class::Join => "join",
         }
     }
 

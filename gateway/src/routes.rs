@@ -34,6 +34,7 @@ pub struct PublicRoute {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handler {
     Buy,
+    Join,
     Poll,
     DevToken,
     Readyz,
@@ -83,7 +84,7 @@ impl PublicRoute {
             | Handler::DocsPage
             | Handler::SaleState
             | Handler::SalePage => Access::Anonymous,
-            Handler::Buy | Handler::Poll | Handler::UserOrder => Access::User,
+            Handler::Buy | Handler::Join | Handler::Poll | Handler::UserOrder => Access::User,
             Handler::AdminSeckill | Handler::StorefrontRender => Access::Admin,
         }
     }
@@ -97,6 +98,7 @@ impl PublicRoute {
         let route = web::method(self.method.clone());
         match self.handler {
             Handler::Buy => route.to(buy),
+            Handler::Join => route.to(join),
             Handler::Poll => route.to(poll),
             Handler::DevToken => route.to(dev_token),
             Handler::Readyz => route.to(readyz),
@@ -123,9 +125,9 @@ pub const ROUTES: &[PublicRoute] = &[
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/orders", Handler::Buy),
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/token", Handler::Buy),
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/result", Handler::Poll),
-    // A sale's waiting room: joining takes from the buy limit, asking where one stands from
-    // the polling one.
-    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Buy),
+    // A sale's waiting room: joining takes from the buy limit and the address's join limit,
+    // asking where one stands from the polling one.
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Join),
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/queue", Handler::Poll),
     PublicRoute::new(Method::POST, "/api/auth/dev-token", Handler::DevToken),
     PublicRoute::new(Method::GET, "/readyz", Handler::Readyz),
@@ -269,13 +271,23 @@ async fn public_stock(
     gateway.pass(Service::Stock, &req, payload, None).await
 }
 
-/// `POST /api/seckill/{id}/token|orders|queue`: a token and the user's buy limit.
+/// `POST /api/seckill/{id}/token|orders`: a token and the user's buy limit.
 async fn buy(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
-    gateway.pass_buy(&req, payload).await
+    gateway.pass_buy(&req, payload, None).await
+}
+
+/// `POST /api/seckill/{id}/queue`: a token, the user's buy limit and the address's join limit.
+async fn join(
+    req: HttpRequest,
+    payload: web::Payload,
+    gateway: web::Data<Gateway>,
+) -> Result<HttpResponse, ApiError> {
+    let address = client_ip(&req, gateway.proxy_hops);
+    gateway.pass_buy(&req, payload, Some(Who::address(address))).await
 }
 
 /// `GET /api/seckill/{id}/result|queue`: a token and the user's polling limit.

@@ -84,18 +84,23 @@ impl Gateway {
         self.pass(service, req, payload, Some(caller)).await
     }
 
-    /// A buy click (path token or order): the token and the user's buy limit (every click
+    /// A buy click (path token, order, or a join of a waiting room, which also takes from the
+    /// address's join limit, `joining_from`): the token and the user's buy limit (every click
     /// counts, whoever answers it: one limit across replicas), then a sale seckill-service just
     /// called gone is answered here (see `closed`); otherwise the hop, a `410` remembered.
     pub(crate) async fn pass_buy(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
+        joining_from: Option<Who>,
     ) -> Result<HttpResponse, ApiError> {
         // Under overload most clicks end here: shed before the token and the limit cost.
         self.buys_in_flight.refuse_if_full("buy")?;
         let caller = self.auth.authenticate(req)?;
         self.limits.take(Class::Buy, Who::user(caller.id)).await?;
+        if let Some(address) = joining_from {
+            self.limits.take(Class::Join, address).await?;
+        }
         let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
         if let Some(answer) = goods.and_then(|g| self.closed.answer(g)) {
             return Ok(answer);

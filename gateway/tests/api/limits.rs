@@ -142,6 +142,41 @@ async fn anonymous_routes_are_limited_per_client_address() {
 }
 
 #[tokio::test]
+async fn joins_of_a_waiting_room_are_limited_per_address_whatever_the_user() {
+    let app = spawn_app_with(|s| {
+        s.rate_limit.join.per_sec = Some(1);
+        s.rate_limit.join.burst = Some(3);
+    });
+    // A farm of accounts behind one address: a fresh user each time, each within its own
+    // buy limit; the address's bucket still runs dry.
+    let mut statuses = Vec::new();
+    for user in 1..=10 {
+        let res = app.post("/api/seckill/1/queue").bearer_auth(user_token(user)).send().await.unwrap();
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
+    assert!(statuses.iter().filter(|s| **s == 429).count() >= 5, "{statuses:?}");
+    // Asking where one stands, and buying, are not joins.
+    let res = app.get("/api/seckill/1/queue").bearer_auth(user_token(11)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let res = app.post("/api/seckill/1/token").bearer_auth(user_token(11)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    // Another address has a bucket of its own.
+    let elsewhere = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let res = elsewhere
+        .post(format!("{}/api/seckill/1/queue", app.address))
+        .bearer_auth(user_token(12))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test]
 async fn the_default_anonymous_limit_lets_a_browser_through() {
     let app = spawn_app_with(|_| {});
     // A page load or two: far under the default burst (100).
