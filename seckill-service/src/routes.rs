@@ -18,6 +18,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/seckill/{goods_id}/result", web::get().to(buy::result))
         .route("/api/seckill/{goods_id}/queue", web::get().to(queue::status))
         .route("/api/seckill/{goods_id}/queue", web::post().to(queue::join))
+        .route("/api/seckill/{goods_id}/queue/challenge", web::post().to(queue::challenge))
         .route("/api/seckill/{goods_id}/state", web::get().to(sale::sale_state))
         .route("/readyz", web::get().to(readyz))
         .route("/api/admin/goods", web::post().to(admin::create_sale))

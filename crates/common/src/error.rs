@@ -48,11 +48,12 @@ pub enum ErrorCode {
     Internal,
     NoWaitingRoom,
     NotAdmitted,
+    ChallengeRequired,
 }
 
 impl ErrorCode {
     /// Every code, for whatever must say something of each (the storefront's sentences).
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 29] = [
         Self::InvalidInput,
         Self::PayloadTooLarge,
         Self::HeadersTooLarge,
@@ -81,6 +82,7 @@ impl ErrorCode {
         Self::Internal,
         Self::NoWaitingRoom,
         Self::NotAdmitted,
+        Self::ChallengeRequired,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -113,6 +115,7 @@ impl ErrorCode {
             Self::Internal => "INTERNAL",
             Self::NoWaitingRoom => "NO_WAITING_ROOM",
             Self::NotAdmitted => "NOT_ADMITTED",
+            Self::ChallengeRequired => "CHALLENGE_REQUIRED",
         }
     }
 
@@ -121,7 +124,7 @@ impl ErrorCode {
         match self {
             Self::InvalidInput => 400,
             Self::Unauthorized => 401,
-            Self::Forbidden | Self::BadToken | Self::NotAdmitted => 403,
+            Self::Forbidden | Self::BadToken | Self::NotAdmitted | Self::ChallengeRequired => 403,
             Self::NotFound | Self::GoodsNotFound | Self::OrderNotFound | Self::NoWaitingRoom => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
@@ -172,9 +175,10 @@ mod tests {
                 | Unauthorized | Forbidden | NotFound | MethodNotAllowed | GoodsNotFound | OrderNotFound
                 | NotStarted | Ended | SoldOut | Repeated | BadToken | RateLimited | OutOfStock
                 | KeyReleased | OrderNotPayable | OrderNotCancellable | Busy | Unavailable
-                | UpstreamUnavailable | UpstreamTimeout | Internal | NoWaitingRoom | NotAdmitted => {}
+                | UpstreamUnavailable | UpstreamTimeout | Internal | NoWaitingRoom | NotAdmitted
+                | ChallengeRequired => {}
             }
         }
-        assert_eq!(ErrorCode::ALL.len(), NotAdmitted as usize + 1, "the last code last");
+        assert_eq!(ErrorCode::ALL.len(), ChallengeRequired as usize + 1, "the last code last");
     }
 }

@@ -211,6 +211,11 @@ impl RedisKeys {
         format!("{}seckill:{{{g}}}:room:marks", self.prefix)
     }
 
+    /// A proof-of-work challenge already used to join (its nonce, hex), until it expires.
+    pub fn room_work(&self, g: GoodsId, nonce: &str) -> String {
+        format!("{}seckill:{{{g}}}:room:pow:{nonce}", self.prefix)
+    }
+
     /// Buy requests of admitted buyers refused `BUSY` since the leader last looked (the
     /// `auto` rate slows down on them).
     pub fn room_busy(&self, g: GoodsId) -> String {

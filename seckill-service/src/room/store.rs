@@ -9,8 +9,10 @@ use redis::Script;
 use seckill_common::api::Goods;
 use seckill_common::keys::RedisKeys;
 use seckill_common::room::RoomMarks;
-use seckill_common::room::scripts::{self, AFTER_BASE, JOIN_LEASE_AFTER, JOIN_LEASE_BEFORE, JOIN_NOT_LOADED};
-use seckill_common::{GoodsId, UserId};
+use seckill_common::room::scripts::{
+    self, AFTER_BASE, JOIN_LEASE_AFTER, JOIN_LEASE_BEFORE, JOIN_NOT_LOADED, JOIN_WORK_NEEDED, JOIN_WORK_USED,
+};
+use seckill_common::{ErrorCode, GoodsId, UserId};
 use seckill_infra::redis::Redis;
 use seckill_infra::stock_client::StockClient;
 use seckill_web::ApiError;
@@ -37,6 +39,18 @@ pub struct RoomStore {
     drawn: Script,
     lead: Script,
     advance: Script,
+}
+
+/// What a join brings of the proof of work a new place may need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// The room asks for none.
+    NotAsked,
+    /// The room asks for it and the join brought none: a place held already is answered, a
+    /// new one refused.
+    Missing,
+    /// A solved challenge: its nonce (hex), remembered for `ttl_ms` so it serves once.
+    Done { nonce: String, ttl_ms: i64 },
 }
 
 /// One read of a room's Redis hash ([`scripts::VIEW_FIELDS`]): `None` when not loaded.
@@ -87,23 +101,47 @@ impl RoomStore {
         goods: &Goods,
         u: UserId,
         ticket: Option<u64>,
+        work: &Work,
         now_ms: i64,
     ) -> Result<u64, ApiError> {
         let g = goods.id;
+        let (work_key, needed, ttl) = match work {
+            Work::NotAsked => (self.keys.room(g), "0", String::new()),
+            Work::Missing => (self.keys.room(g), "1", String::new()),
+            Work::Done { nonce, ttl_ms } => {
+                (self.keys.room_work(g, nonce), "1", (*ttl_ms).max(1).to_string())
+            }
+        };
         for _ in 0..JOIN_ROUNDS {
             let mut conn = self.conn();
             let reply: i64 = self
                 .join
                 .key(self.keys.room(g))
                 .key(self.keys.room_members(g, u))
+                .key(&work_key)
                 .arg(u.get())
                 .arg(now_ms)
                 .arg(goods.start_at.timestamp_millis())
                 .arg(ticket.map(|t| t.to_string()).unwrap_or_default())
+                .arg(needed)
+                .arg(&ttl)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(GateError::from)?;
             match reply {
+                JOIN_WORK_NEEDED => {
+                    return Err(ApiError::new(
+                        ErrorCode::ChallengeRequired,
+                        "this waiting room asks for proof of work: solve a challenge from POST \
+                         /api/seckill/{id}/queue/challenge and join with it",
+                    ));
+                }
+                JOIN_WORK_USED => {
+                    return Err(ApiError::new(
+                        ErrorCode::ChallengeRequired,
+                        "this challenge was used before: ask for a new one",
+                    ));
+                }
                 JOIN_NOT_LOADED => self.load(goods, now_ms).await?,
                 JOIN_LEASE_BEFORE => self.lease_joins(g, false).await?,
                 JOIN_LEASE_AFTER => self.lease_joins(g, true).await?,
@@ -113,7 +151,7 @@ impl RoomStore {
                 }
             }
         }
-        Err(ApiError::new(seckill_common::ErrorCode::Busy, "the waiting room is very busy, join again"))
+        Err(ApiError::new(ErrorCode::Busy, "the waiting room is very busy, join again"))
     }
 
     /// Puts the room into Redis from stock-service's marks, unless it is there.

@@ -6,12 +6,16 @@ use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
-use seckill_common::room::{PlaceTicket, QueueJoin, QueueState, QueueStatus, RoomError, WaitingRoom};
+use seckill_common::room::{
+    Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueState, QueueStatus, RoomError, WaitingRoom,
+};
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
 use seckill_web::{ApiError, AuthUser};
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::room::store::Work;
 use crate::room::{RoomView, Standing, ticker};
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
@@ -64,11 +68,60 @@ pub async fn join(
         Some(t) => Some(state.rooms.key.open_ticket(t, sale.id(), user.id).map_err(refused)?.join),
         None => None,
     };
+    let work = work_brought(&state, &sale, room, user.id, &asked, now)?;
     let _slot = state.in_flight.enter("join")?;
-    let code = state.rooms.store.join(&sale.goods, user.id, presented, now).await?;
+    let code = state.rooms.store.join(&sale.goods, user.id, presented, &work, now).await?;
     metrics::counter!("seckill_room_joins_total").increment(1);
     let view = view_of(&state, &sale, now).await?;
     Ok(answer(&state, &view, code, user.id, now))
+}
+
+/// How long a proof-of-work challenge may be answered.
+const CHALLENGE_TTL: Duration = Duration::from_secs(120);
+
+/// `POST /api/seckill/{goods_id}/queue/challenge`: work to do before joining (a room with a
+/// `pow_difficulty`; a room without one answers a challenge of difficulty 0). Sealed, so
+/// nothing is kept until it is used.
+pub async fn challenge(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<GoodsId>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    let room = room_of(&sale)?;
+    let now = now_ms();
+    let challenge =
+        Challenge::issue(&state.rooms.key, sale.id(), user.id, room.pow_difficulty, now, CHALLENGE_TTL);
+    let expires_at = DateTime::<Utc>::from_timestamp_millis(now + CHALLENGE_TTL.as_millis() as i64)
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("the clock is out of range")))?;
+    Ok(HttpResponse::Ok().json(QueueChallenge { challenge, difficulty: room.pow_difficulty, expires_at }))
+}
+
+/// The proof of work a join brings, checked (in constant time: one hash and one MAC) when the
+/// room asks for it. A ticket is proof enough: its place was paid for when it was given.
+fn work_brought(
+    state: &AppState,
+    sale: &Sale,
+    room: WaitingRoom,
+    user: UserId,
+    asked: &QueueJoin,
+    now: i64,
+) -> Result<Work, ApiError> {
+    if room.pow_difficulty == 0 || asked.ticket.is_some() {
+        return Ok(Work::NotAsked);
+    }
+    let (Some(challenge), Some(answer)) = (asked.challenge.as_deref(), asked.answer) else {
+        return Ok(Work::Missing);
+    };
+    let nonce =
+        Challenge::verify(&state.rooms.key, challenge, answer, sale.id(), user, now).map_err(|e| {
+            ApiError::new(
+                ErrorCode::ChallengeRequired,
+                format!("the proof of work is refused ({e}): ask for a new challenge"),
+            )
+        })?;
+    let nonce = nonce.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Work::Done { nonce, ttl_ms: CHALLENGE_TTL.as_millis() as i64 })
 }
 
 /// `GET /api/seckill/{goods_id}/queue` with `x-room-ticket`: where the ticket's holder stands,

@@ -139,6 +139,24 @@ pub struct QueueJoin {
     /// if the servers lost track of it.
     #[serde(default)]
     pub ticket: Option<String>,
+    /// On a room that asks for proof of work: a challenge from `POST .../queue/challenge`...
+    #[serde(default)]
+    pub challenge: Option<String>,
+    /// ...and the answer found for it.
+    #[serde(default)]
+    pub answer: Option<u64>,
+}
+
+/// The answer of `POST /api/seckill/{goods_id}/queue/challenge`: work to do before joining a
+/// room that asks for it. Find `answer` such that SHA-256(the challenge's UTF-8 bytes, then
+/// `answer` as 8 bytes little-endian) starts with `difficulty` zero bits (most significant bit
+/// of the first byte first); send both with the join. Bound to the user and the sale, good
+/// until `expires_at`, used once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueueChallenge {
+    pub challenge: String,
+    pub difficulty: u8,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// Where a buyer stands in a sale's waiting room.

@@ -22,13 +22,22 @@ pub const AFTER_BASE: u64 = 1 << 40;
 pub const JOIN_NOT_LOADED: i64 = -1;
 pub const JOIN_LEASE_BEFORE: i64 = -2;
 pub const JOIN_LEASE_AFTER: i64 = -3;
+/// A new place needs proof of work and none came; or its challenge was used before.
+pub const JOIN_WORK_NEEDED: i64 = -4;
+pub const JOIN_WORK_USED: i64 = -5;
 
 /// A buyer's place: the one they hold, or, presenting a ticket (a code this room signed), that
 /// one, or a new one at the end of the current phase (before the opening until the first call
 /// at or after it, or the draw, closes it).
-/// KEYS: room, the user's member group. ARGV: user id, now (ms), the sale's start (ms), the ticket's code or ''.
-/// Returns the code, or JOIN_NOT_LOADED (the room is not in Redis: load it from stock-service's
-/// marks), or JOIN_LEASE_* (the phase's leased numbers are used up: lease more, raise the cap).
+/// A new place on a room that asks for proof of work takes a challenge's nonce, once.
+/// KEYS: room, the user's member group, the challenge's key (`RedisKeys::room_work`; any key
+/// of the room when none). ARGV: user id, now (ms), the sale's start (ms), the ticket's code
+/// or '', '1' when a new place needs work, the challenge's time to live (ms) or '' when none
+/// came.
+/// Returns the code, or JOIN_WORK_* (403), or JOIN_NOT_LOADED (the room is not in Redis: load
+/// it from stock-service's marks), or JOIN_LEASE_* (the phase's leased numbers are used up:
+/// lease more, raise the cap). The challenge is taken last, so a join that must lease first
+/// keeps it for its next round.
 pub const JOIN: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[4] ~= '' then
@@ -37,6 +46,7 @@ if ARGV[4] ~= '' then
 end
 local have = redis.call('HGET', KEYS[2], ARGV[1])
 if have then return tonumber(have) end
+if ARGV[5] == '1' and ARGV[6] == '' then return -4 end
 local phase = 'before'
 if redis.call('HEXISTS', KEYS[1], 'closed') == 1 or tonumber(ARGV[2]) >= tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], 'closed', '1')
@@ -46,6 +56,7 @@ local n = tonumber(redis.call('HGET', KEYS[1], phase) or '0')
 if n >= tonumber(redis.call('HGET', KEYS[1], phase .. '_cap') or '0') then
   if phase == 'before' then return -2 else return -3 end
 end
+if ARGV[5] == '1' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[6]) then return -5 end
 redis.call('HSET', KEYS[1], phase, string.format('%.0f', n + 1))
 local code = n
 if phase == 'after' then code = n + 1099511627776 end
