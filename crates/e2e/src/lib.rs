@@ -17,6 +17,7 @@ use seckill_common::amqp::AmqpNames;
 use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
 use seckill_common::config::HttpSettings;
 use seckill_common::keys::{RedisKeys, SaleBucket};
+use seckill_common::room::WaitingRoom;
 use seckill_common::trust::Peer;
 use seckill_testkit::{RunningService, TestDb, TestNames, amqp_url, keys, redis_url};
 use serde_json::{Value, json};
@@ -396,16 +397,25 @@ impl System {
         start: chrono::Duration,
         end: chrono::Duration,
     ) -> Goods {
+        self.create_goods(sale_body(stock, buckets, start, end)).await
+    }
+
+    /// As [`System::create_sale`], behind a waiting room.
+    pub async fn create_room_sale(
+        &self,
+        stock: i64,
+        start: chrono::Duration,
+        end: chrono::Duration,
+        room: WaitingRoom,
+    ) -> Goods {
+        let mut body = sale_body(stock, 1, start, end);
+        body["waiting_room"] = serde_json::to_value(room).unwrap();
+        self.create_goods(body).await
+    }
+
+    async fn create_goods(&self, body: Value) -> Goods {
         let admin = self.dev_token(1, "admin").await;
-        let now = Utc::now();
-        let (status, body) = self
-            .post(
-                "/api/admin/goods",
-                Some(&admin),
-                json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
-                    "stock_total": stock, "start_at": now + start, "end_at": now + end, "buckets": buckets}),
-            )
-            .await;
+        let (status, body) = self.post("/api/admin/goods", Some(&admin), body).await;
         assert_eq!(status, 201, "create sale: {body}");
         serde_json::from_value(body).unwrap()
     }
@@ -448,6 +458,11 @@ impl System {
     /// A sale open now for an hour.
     pub async fn open_sale(&self, stock: i64) -> Goods {
         self.create_sale(stock, chrono::Duration::seconds(-5), chrono::Duration::hours(1)).await
+    }
+
+    /// Joins the sale's waiting room (`POST /api/seckill/{g}/queue`, no ticket).
+    pub async fn join_room(&self, user_token: &str, g: GoodsId) -> Answer {
+        self.post(&format!("/api/seckill/{g}/queue"), Some(user_token), json!({})).await
     }
 
     pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {
@@ -603,6 +618,13 @@ impl System {
         let _ = conn.close(200, "checked".into()).await;
         q.message_count()
     }
+}
+
+/// A new sale's body for `POST /api/admin/goods`; `start`/`end` relative to now.
+fn sale_body(stock: i64, buckets: u8, start: chrono::Duration, end: chrono::Duration) -> Value {
+    let now = Utc::now();
+    json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
+        "stock_total": stock, "start_at": now + start, "end_at": now + end, "buckets": buckets})
 }
 
 pub fn order_of(body: &Value) -> Order {

@@ -101,7 +101,7 @@ async fn a_buyer_is_told_to_try_again_while_the_queue_is_out_of_reach() {
             t == "The shop is very busy. Press Buy to try again in a moment."
         })
         .await;
-    let seen = browser.recorded_texts().await;
+    let seen = browser.recorded_texts("status").await;
     assert!(
         seen.iter().any(|t| t.starts_with("The shop is very busy. Trying again in ")),
         "the buyer was told to wait: {seen:?}"

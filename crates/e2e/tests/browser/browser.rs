@@ -234,12 +234,14 @@ impl Browser {
     }
 
     /// Records every text element `id` shows from now on (a state may last only a second).
+    /// Several elements may be recorded at once, each on its own.
     pub async fn record_texts(&self, id: &str) {
         self.client
             .execute(
-                "const el = document.getElementById(arguments[0]);
-                 window.seckillSeen = [];
-                 new MutationObserver(() => window.seckillSeen.push(el.textContent))
+                "const id = arguments[0], el = document.getElementById(id);
+                 const seen = window.seckillSeen = window.seckillSeen || {};
+                 seen[id] = [];
+                 new MutationObserver(() => seen[id].push(el.textContent))
                      .observe(el, { childList: true, characterData: true, subtree: true });",
                 vec![json!(id)],
             )
@@ -247,10 +249,13 @@ impl Browser {
             .unwrap_or_else(|e| panic!("watch #{id}: {e}"));
     }
 
-    /// The texts recorded since `record_texts`.
-    pub async fn recorded_texts(&self) -> Vec<String> {
-        let seen =
-            self.client.execute("return window.seckillSeen || [];", vec![]).await.expect("recorded texts");
+    /// The texts element `id` showed since `record_texts(id)`.
+    pub async fn recorded_texts(&self, id: &str) -> Vec<String> {
+        let seen = self
+            .client
+            .execute("return (window.seckillSeen || {})[arguments[0]] || [];", vec![json!(id)])
+            .await
+            .unwrap_or_else(|e| panic!("texts recorded of #{id}: {e}"));
         serde_json::from_value(seen).expect("a list of texts")
     }
 

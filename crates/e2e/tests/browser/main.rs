@@ -14,4 +14,5 @@ mod admin;
 mod broker_down;
 mod browser;
 mod buy;
+mod room;
 mod sold_out;
