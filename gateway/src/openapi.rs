@@ -67,6 +67,7 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
         operations::poll_result,
         operations::join_queue,
         operations::queue_status,
+        operations::queue_challenge,
         operations::list_goods,
         operations::get_goods,
         operations::list_orders,
@@ -479,7 +480,16 @@ errors!(JoinErrors: TOKEN, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, ROOM_TICKET, &[
          seckill-service did.",
     ),
     (ErrorCode::InvalidInput, "The body is not a `QueueJoin`, or its ticket is malformed."),
+    (
+        ErrorCode::ChallengeRequired,
+        "The room asks for proof of work and the join brought none for a new place, or a wrong \
+         answer, another user's or sale's challenge, an expired or an already used one: solve a \
+         new one from `POST /api/seckill/{goods_id}/queue/challenge`.",
+    ),
     (ErrorCode::Unavailable, "Redis or stock-service did not answer: join again shortly."),
+], FORWARDED);
+errors!(ChallengeErrors: TOKEN, BUY_CLICK, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, &[
+    (ErrorCode::NoWaitingRoom, "The sale has no waiting room."),
 ], FORWARDED);
 errors!(QueueStatusErrors: TOKEN, BAD_GOODS_ID, NO_SALE, ROOM_TICKET, &[
     (ErrorCode::RateLimited, "Over the user's polling limit (`rate_limit.poll`)."),
@@ -561,7 +571,7 @@ mod operations {
         DevTokenRequest, Goods, NewGoods, Order, OrderAccepted, SaleAudit, SaleRepair, SaleState,
         SeckillResult, TokenResponse,
     };
-    use seckill_common::room::{QueueJoin, QueueStatus};
+    use seckill_common::room::{QueueChallenge, QueueJoin, QueueStatus};
     use seckill_common::{GoodsId, OrderId};
     use utoipa::ToSchema;
 
@@ -704,6 +714,26 @@ mod operations {
         )
     )]
     fn queue_status() {}
+
+    /// Get a proof-of-work challenge
+    ///
+    /// Work to do before joining a room that asks for it (`waiting_room.pow_difficulty` above
+    /// 0): find `answer` such that SHA-256(the challenge's UTF-8 bytes, then `answer` as 8
+    /// bytes little-endian) starts with `difficulty` zero bits, then join with both. About
+    /// 2^difficulty hashes for the client, one for the server. Bound to the caller and the
+    /// sale, good for two minutes, taken once. A buyer who holds a place, or presents a ticket,
+    /// joins without it.
+    #[utoipa::path(
+        post,
+        path = "/api/seckill/{goods_id}/queue/challenge",
+        tag = "buying",
+        params(("goods_id" = GoodsId, Path, description = "The sale.", example = 1)),
+        responses(
+            (status = 200, description = "The challenge.", body = QueueChallenge),
+            ChallengeErrors,
+        )
+    )]
+    fn queue_challenge() {}
 
     /// List the sales
     ///

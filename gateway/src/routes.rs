@@ -129,6 +129,7 @@ pub const ROUTES: &[PublicRoute] = &[
     // asking where one stands from the polling one.
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Join),
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/queue", Handler::Poll),
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue/challenge", Handler::Buy),
     PublicRoute::new(Method::POST, "/api/auth/dev-token", Handler::DevToken),
     PublicRoute::new(Method::GET, "/readyz", Handler::Readyz),
     PublicRoute::new(Method::GET, "/api/goods", Handler::PublicStock),
@@ -271,7 +272,7 @@ async fn public_stock(
     gateway.pass(Service::Stock, &req, payload, None).await
 }
 
-/// `POST /api/seckill/{id}/token|orders`: a token and the user's buy limit.
+/// `POST /api/seckill/{id}/token|orders|queue/challenge`: a token and the user's buy limit.
 async fn buy(
     req: HttpRequest,
     payload: web::Payload,

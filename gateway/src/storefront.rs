@@ -55,6 +55,8 @@ const UNAVAILABLE: &str = include_str!("../assets/store/unavailable.html");
 pub const STORE_JS: &str = include_str!("../assets/store/store.js");
 pub const STORE_CSS: &str = include_str!("../assets/store/store.css");
 pub const ADMIN_JS: &str = include_str!("../assets/store/admin.js");
+/// The Web Worker a sale's page does a waiting room's proof of work in.
+pub const WORK_JS: &str = include_str!("../assets/store/work.js");
 
 /// The assets' URLs carry their hash (`?v=`), so a new build's pages ask for new copies and the
 /// old ones may be kept for as long as a browser likes.
@@ -296,13 +298,19 @@ struct AssetUrls {
     css: String,
     js: String,
     admin_js: String,
+    work_js: String,
 }
 
 impl AssetUrls {
     /// Ours, so not escaped (the escaper writes every `/` as `&#x2f;`).
     fn value(&self) -> minijinja::Value {
         let safe = |url: &str| minijinja::Value::from_safe_string(url.to_owned());
-        minijinja::context! { css => safe(&self.css), js => safe(&self.js), admin_js => safe(&self.admin_js) }
+        minijinja::context! {
+            css => safe(&self.css),
+            js => safe(&self.js),
+            admin_js => safe(&self.admin_js),
+            work_js => safe(&self.work_js),
+        }
     }
 }
 
@@ -344,6 +352,7 @@ pub struct Storefront {
     store_js: Rendered,
     store_css: Rendered,
     admin_js: Rendered,
+    work_js: Rendered,
     admin: Rendered,
     not_found: Arc<Rendered>,
     unavailable: Arc<Rendered>,
@@ -391,11 +400,13 @@ impl Storefront {
         let store_js = asset(STORE_JS, "text/javascript; charset=utf-8");
         let store_css = asset(STORE_CSS, "text/css; charset=utf-8");
         let admin_js = asset(ADMIN_JS, "text/javascript; charset=utf-8");
+        let work_js = asset(WORK_JS, "text/javascript; charset=utf-8");
         let version = |r: &Rendered| format!("{:016x}", fnv1a(&r.body));
         let urls = AssetUrls {
             css: format!("/static/store.css?v={}", version(&store_css)),
             js: format!("/static/store.js?v={}", version(&store_js)),
             admin_js: format!("/static/admin.js?v={}", version(&admin_js)),
+            work_js: format!("/static/work.js?v={}", version(&work_js)),
         };
         let templates = Templates { env, urls: urls.value(), dev_tokens };
         let refresh = settings.refresh();
@@ -414,6 +425,7 @@ impl Storefront {
             store_js,
             store_css,
             admin_js,
+            work_js,
             admin,
             not_found: Arc::new(not_found),
             unavailable: Arc::new(unavailable),
@@ -708,6 +720,7 @@ impl Storefront {
         self.write("static/store.js", &self.store_js.body).await?;
         self.write("static/store.css", &self.store_css.body).await?;
         self.write("static/admin.js", &self.admin_js.body).await?;
+        self.write("static/work.js", &self.work_js.body).await?;
         self.write("admin.html", &self.admin.body).await
     }
 
@@ -826,13 +839,14 @@ pub async fn admin(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespons
     gateway.storefront.admin.respond(&req)
 }
 
-/// `GET /static/{file}`: the pages' script and style.
+/// `GET /static/{file}`: the pages' scripts (and the proof-of-work worker's) and style.
 pub async fn asset(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
     let storefront = &gateway.storefront;
     match req.match_info().get("file") {
         Some("store.js") => storefront.store_js.respond(&req),
         Some("store.css") => storefront.store_css.respond(&req),
         Some("admin.js") => storefront.admin_js.respond(&req),
+        Some("work.js") => storefront.work_js.respond(&req),
         _ => storefront.not_found.respond(&req),
     }
 }

@@ -460,9 +460,25 @@ impl System {
         self.create_sale(stock, chrono::Duration::seconds(-5), chrono::Duration::hours(1)).await
     }
 
-    /// Joins the sale's waiting room (`POST /api/seckill/{g}/queue`, no ticket).
+    /// Joins the sale's waiting room (`POST /api/seckill/{g}/queue`, no ticket), doing the
+    /// proof of work first when the room asks for it.
     pub async fn join_room(&self, user_token: &str, g: GoodsId) -> Answer {
-        self.post(&format!("/api/seckill/{g}/queue"), Some(user_token), json!({})).await
+        let path = format!("/api/seckill/{g}/queue");
+        let (status, body) = self.post(&path, Some(user_token), json!({})).await;
+        if body["code"] != "CHALLENGE_REQUIRED" {
+            return (status, body);
+        }
+        let (status, challenge) =
+            self.post(&format!("/api/seckill/{g}/queue/challenge"), Some(user_token), Value::Null).await;
+        assert_eq!(status, 200, "a challenge: {challenge}");
+        let (Some(text), Some(difficulty)) =
+            (challenge["challenge"].as_str(), challenge["difficulty"].as_u64())
+        else {
+            panic!("a challenge and its difficulty: {challenge}");
+        };
+        let answer =
+            seckill_common::room::Challenge::solve(text, u8::try_from(difficulty).unwrap_or(u8::MAX));
+        self.post(&path, Some(user_token), json!({"challenge": text, "answer": answer})).await
     }
 
     pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {

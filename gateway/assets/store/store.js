@@ -37,7 +37,8 @@
     UPSTREAM_TIMEOUT: 'Try again: the shop took too long to answer.',
     INTERNAL: 'Try again: something went wrong on our side.',
     NO_WAITING_ROOM: 'This sale has no waiting room: press Buy when it opens.',
-    NOT_ADMITTED: 'Wait for your turn in the waiting room, then press Buy.'
+    NOT_ADMITTED: 'Wait for your turn in the waiting room, then press Buy.',
+    CHALLENGE_REQUIRED: 'Try again: the check that you are not a robot did not go through.'
   };
 
   function $(id) { return document.getElementById(id); }
@@ -305,16 +306,32 @@
         : '';
     }
 
+    // A room that asks for proof of work: a challenge, solved in a Web Worker (the page stays
+    // responsive), sent with the join.
+    async function joinWithWork() {
+      tell('Checking that you are not a robot: a few seconds…');
+      var c = await patient('POST', '/api/seckill/' + id + '/queue/challenge', {}, tell);
+      if (c.status !== 200 || !c.body) return c;
+      var answer = await new Promise(function (resolve) {
+        var worker = new Worker(sale.dataset.workJs);
+        worker.onmessage = function (e) { worker.terminate(); resolve(e.data.answer); };
+        worker.postMessage({ challenge: c.body.challenge, difficulty: c.body.difficulty });
+      });
+      tell('Joining the line…');
+      return patient('POST', '/api/seckill/' + id + '/queue', { json: { challenge: c.body.challenge, answer: answer } }, tell);
+    }
+
     // The waiting room: joins (or rejoins with the kept ticket), then asks where the buyer
     // stands, more often as the turn nears, until the place comes up (true: admitted).
     async function waitInRoom() {
       var ticket = keptTicket();
       tell('Joining the line…');
       var r = await patient('POST', '/api/seckill/' + id + '/queue', { json: ticket ? { ticket: ticket } : {} }, tell);
-      if (r.status === 403 && ticket) {
+      if (r.status === 403 && r.code === 'BAD_TOKEN' && ticket) {
         // A ticket of another key or user: join afresh.
         r = await patient('POST', '/api/seckill/' + id + '/queue', { json: {} }, tell);
       }
+      if (r.code === 'CHALLENGE_REQUIRED') r = await joinWithWork();
       for (;;) {
         if (r.status !== 200 || !r.body) {
           if (r.status >= 400 && r.status < 500) { settle(r); return false; }

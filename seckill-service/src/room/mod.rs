@@ -179,7 +179,8 @@ impl RoomView {
             return Standing::Admitted { place: p, admission };
         }
         let ahead = p - seen.admitted;
-        let wait_secs = (seen.rate > 0.0).then(|| (ahead as f64 / seen.rate).ceil() as u64);
+        // The places ahead and the buyer's own come up before the admission.
+        let wait_secs = (seen.rate > 0.0).then(|| ((ahead + 1) as f64 / seen.rate).ceil() as u64);
         Standing::Waiting { place: Some(p), ahead: Some(ahead), wait_secs }
     }
 
@@ -306,7 +307,7 @@ mod tests {
         else {
             panic!("waiting with a place");
         };
-        assert_eq!((ahead, wait), (p, p.div_ceil(10)));
+        assert_eq!((ahead, wait), (p, (p + 1).div_ceil(10)));
         // Joined after the opening: behind all 100 drawn, in arrival order.
         assert!(matches!(
             v.standing(AFTER_BASE + 4, user(), 11_000),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use reqwest::Method;
 use seckill_common::api::{Goods, Role};
-use seckill_common::room::{Admission, Draw, RoomKey};
+use seckill_common::room::{Admission, Challenge, Draw, RoomKey};
 use seckill_common::trust::Peer;
 use seckill_common::{GoodsId, UserId, headers};
 use seckill_testkit::keys;
@@ -387,4 +387,73 @@ async fn bad_room_input_is_a_clean_4xx() {
     let (status, body) = answer(res).await;
     assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_INPUT")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("waiting_room"), "{body}");
+}
+
+async fn challenge(app: &TestApp, u: i64, g: GoodsId) -> Value {
+    let path = format!("/api/seckill/{g}/queue/challenge");
+    let (status, body) = answer(app.as_user(u, Role::User, Method::POST, &path).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn a_room_that_asks_for_proof_of_work_takes_each_solved_challenge_once() {
+    let app = spawn_app();
+    let difficulty = 8;
+    let sale =
+        app.room_sale(5, Duration::from_secs(60), json!({"rate": 5, "pow_difficulty": difficulty})).await;
+    let refused = |(status, body): Answer, what: &str| {
+        assert_eq!((status, body["code"].as_str()), (403, Some("CHALLENGE_REQUIRED")), "{what}: {body}");
+    };
+    refused(app.join(3, sale.id, Value::Null).await, "no work");
+
+    let mine = challenge(&app, 3, sale.id).await;
+    assert_eq!(mine["difficulty"], difficulty);
+    let text = mine["challenge"].as_str().unwrap();
+    let solved = Challenge::solve(text, difficulty);
+    let wrong = (0..)
+        .find(|a| Challenge::verify(&room_key(), text, *a, sale.id, UserId::new(3).unwrap(), 0).is_err())
+        .unwrap();
+    refused(app.join(3, sale.id, json!({"challenge": text, "answer": wrong})).await, "a wrong answer");
+    let theirs = challenge(&app, 4, sale.id).await;
+    let their_text = theirs["challenge"].as_str().unwrap();
+    let their_answer = Challenge::solve(their_text, difficulty);
+    refused(
+        app.join(3, sale.id, json!({"challenge": their_text, "answer": their_answer})).await,
+        "another user's",
+    );
+    let expired = Challenge::issue(
+        &room_key(),
+        sale.id,
+        UserId::new(3).unwrap(),
+        difficulty,
+        0,
+        Duration::from_secs(1),
+    );
+    let expired_answer = Challenge::solve(&expired, difficulty);
+    refused(
+        app.join(3, sale.id, json!({"challenge": expired, "answer": expired_answer})).await,
+        "an expired one",
+    );
+
+    let (status, joined) = app.join(3, sale.id, json!({"challenge": text, "answer": solved})).await;
+    assert_eq!(status, 200, "{joined}");
+    // Joining again is answered the place held: no new work.
+    let (status, again) = app.join(3, sale.id, Value::Null).await;
+    assert_eq!(
+        (status, &again["ticket"].as_str().map(join_of)),
+        (200, &joined["ticket"].as_str().map(join_of))
+    );
+    // The same answer cannot make a second place: the user's place lost (as in a Redis loss
+    // of its group), the used challenge is refused.
+    let mut redis = app.redis().await;
+    let _: () = redis::cmd("DEL")
+        .arg(app.redis_keys.room_members(sale.id, UserId::new(3).unwrap()))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    refused(app.join(3, sale.id, json!({"challenge": text, "answer": solved})).await, "a used one");
+    // The ticket still keeps the place, without new work.
+    let (status, kept) = app.join(3, sale.id, json!({"ticket": joined["ticket"]})).await;
+    assert_eq!((status, kept["ticket"].as_str().map(join_of)), (200, joined["ticket"].as_str().map(join_of)));
 }

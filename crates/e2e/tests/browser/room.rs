@@ -1,5 +1,6 @@
-//! A sale behind a waiting room: the buyer presses Buy once, the page shows their place and
-//! those ahead going down as the room admits them, and buys by itself when the turn comes.
+//! A sale behind a waiting room: the buyer presses Buy once, the page does the room's proof of
+//! work, shows their place and those ahead going down as the room admits them, and buys by
+//! itself when the turn comes.
 
 use seckill_common::room::{RoomRate, WaitingRoom};
 use seckill_e2e::spawn_system;
@@ -26,7 +27,9 @@ async fn a_buyer_waits_in_the_room_sees_the_place_move_and_buys_with_one_click()
         rate: RoomRate::PerSec(1),
         opens_before_secs: 60,
         admission_secs: 30,
-        pow_difficulty: 0,
+        // Some thousands of hashes: the page does the work in its worker, the test's users in
+        // `join_room`, and the server takes each answer once.
+        pow_difficulty: 12,
     };
     let sale = sys.create_room_sale(5, chrono::Duration::seconds(3), chrono::Duration::hours(1), room).await;
     let others = sys.dev_tokens(&[91, 92, 93]).await;
@@ -73,6 +76,10 @@ async fn a_buyer_waits_in_the_room_sees_the_place_move_and_buys_with_one_click()
     );
     assert_eq!(waits.last().map(String::as_str), Some(""), "nothing ahead once admitted: {waits:?}");
     let statuses = browser.recorded_texts("status").await;
+    assert!(
+        statuses.iter().any(|s| s.starts_with("Checking that you are not a robot")),
+        "the page did the room's proof of work: {statuses:?}"
+    );
     let in_line = statuses.iter().position(|s| s == IN_LINE);
     let buying = statuses.iter().position(|s| s == "Placing your order…");
     assert!(in_line.is_some() && in_line < buying, "in line, then the buy on its own: {statuses:?}");
