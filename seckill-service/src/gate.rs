@@ -88,7 +88,7 @@ pub const REDIS_USE: RedisUse = RedisUse {
         "hget",
         "hmget",
         "lrange",
-        "incr",
+        "incrby",
     ],
 };
 

@@ -14,12 +14,13 @@ pub mod store;
 pub mod ticker;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
 use seckill_common::api::Goods;
 use seckill_common::room::scripts::AFTER_BASE;
-use seckill_common::room::{Admission, Draw, QueueDraw, RoomKey, WaitingRoom};
+use seckill_common::room::{Admission, Draw, QueueDraw, RoomKey, RoomRate, WaitingRoom};
 use seckill_common::{GoodsId, UserId};
 
 pub use store::RoomStore;
@@ -70,6 +71,8 @@ pub struct RoomView {
     seed: [u8; 32],
     commitment: String,
     seen: RwLock<Seen>,
+    /// Buys of the sale this replica refused `BUSY` since the last tick.
+    busy: AtomicU64,
 }
 
 /// What the last reads of Redis said.
@@ -123,6 +126,7 @@ impl RoomView {
             seed,
             commitment: Draw::commitment(&seed),
             seen: RwLock::new(Seen::default()),
+            busy: AtomicU64::new(0),
         }
     }
 
@@ -179,9 +183,22 @@ impl RoomView {
             return Standing::Admitted { place: p, admission };
         }
         let ahead = p - seen.admitted;
+        let rate = match self.room.rate {
+            RoomRate::PerSec(n) => f64::from(n),
+            RoomRate::Auto(_) => seen.rate,
+        };
         // The places ahead and the buyer's own come up before the admission.
-        let wait_secs = (seen.rate > 0.0).then(|| ((ahead + 1) as f64 / seen.rate).ceil() as u64);
+        let wait_secs = (rate > 0.0).then(|| ((ahead + 1) as f64 / rate).ceil() as u64);
         Standing::Waiting { place: Some(p), ahead: Some(ahead), wait_secs }
+    }
+
+    pub fn refused_busy(&self) {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The refusals counted since the last call.
+    pub fn take_busy(&self) -> u64 {
+        self.busy.swap(0, Ordering::Relaxed)
     }
 
     /// Places waiting (joined, not admitted), for the metrics.
@@ -262,7 +279,6 @@ impl Seen {
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
-    use seckill_common::room::RoomRate;
 
     fn view(admission_secs: u32) -> RoomView {
         let goods = Goods {

@@ -323,10 +323,12 @@ impl RoomStore {
         self.raise_cap(g, "admitted_cap", marks.admitted).await
     }
 
-    /// An admitted buyer's buy was refused `BUSY`: counted for the `auto` rate.
-    pub async fn count_busy(&self, g: GoodsId) -> Result<(), GateError> {
+    /// Admitted buyers' buys this replica refused `BUSY` since its last tick: counted for the
+    /// `auto` rate, which the leader reads.
+    pub async fn count_busy(&self, g: GoodsId, refused: u64) -> Result<(), GateError> {
         let mut conn = self.conn();
-        let _: i64 = redis::cmd("INCR").arg(self.keys.room_busy(g)).query_async(&mut conn).await?;
+        let _: i64 =
+            redis::cmd("INCRBY").arg(self.keys.room_busy(g)).arg(refused).query_async(&mut conn).await?;
         Ok(())
     }
 }

@@ -52,10 +52,10 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
     }
 }
 
-/// What the leader of a room keeps between ticks: the `auto` rate and when it last moved.
+/// What the leader of a room keeps between ticks: the `auto` rates.
 #[derive(Default)]
 struct Leading {
-    auto: std::collections::HashMap<seckill_common::GoodsId, (f64, i64)>,
+    auto: std::collections::HashMap<seckill_common::GoodsId, AutoRate>,
 }
 
 async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Leading) -> anyhow::Result<()> {
@@ -90,6 +90,10 @@ pub async fn refresh(state: &AppState, sale: &Sale, view: &RoomView, now: i64) -
     };
     let sold_out = sold_out(state, sale, now).await;
     view.observed(&observed, sold_out, now);
+    let refused = view.take_busy();
+    if refused > 0 {
+        store.count_busy(g, refused).await?;
+    }
     metrics::gauge!("seckill_room_waiting", "goods_id" => g.to_string()).set(view.waiting() as f64);
     metrics::gauge!("seckill_room_admitted", "goods_id" => g.to_string()).set(view.admitted() as f64);
     metrics::gauge!("seckill_room_rate", "goods_id" => g.to_string()).set(view.rate());
@@ -115,10 +119,8 @@ async fn lead(
             return Ok(());
         }
     };
-    if let Some((auto, _)) = leading.auto.get_mut(&g)
-        && advanced.busy > 0
-    {
-        *auto = (*auto * AUTO_DOWN).max(1.0);
+    if let Some(auto) = leading.auto.get_mut(&g) {
+        auto.refused(advanced.busy);
     }
     // Leased half a lease ahead: the cap is never what stops the rate.
     let ahead = (rate * LEASE_MS as f64 / 1000.0).ceil() as u64;
@@ -131,24 +133,49 @@ async fn lead(
     Ok(())
 }
 
-/// The room's rate now: the configured one, or the `auto` one, moved up once a second while
-/// nobody admitted was refused (a refusal moves it down at once, in `lead`).
+/// The room's rate now: the configured one, or the `auto` one.
 fn rate(view: &RoomView, leading: &mut Leading, now: i64) -> f64 {
     match view.room.rate {
         RoomRate::PerSec(n) => f64::from(n),
-        RoomRate::Auto(_) => {
-            let (auto, moved) = leading
-                .auto
-                .entry(view.goods)
-                .or_insert_with(|| (view.last_rate().unwrap_or(AUTO_START), now));
-            if now - *moved >= 1_000 {
-                *moved = now;
-                if view.waiting() > 0 {
-                    *auto = (*auto * AUTO_UP).min(f64::from(MAX_RATE));
-                }
+        RoomRate::Auto(_) => leading
+            .auto
+            .entry(view.goods)
+            .or_insert_with(|| AutoRate::new(view.last_rate().unwrap_or(AUTO_START), now))
+            .at(now, view.waiting() > 0),
+    }
+}
+
+/// The `auto` rate of a room this replica leads: it moves once a second, down by a third when
+/// admitted buyers were refused `BUSY` in that second (the buy path takes fewer than the room
+/// lets in), else up by a quarter while places wait. A new leader goes on from the rate the
+/// room last ran at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AutoRate {
+    rate: f64,
+    moved_ms: i64,
+    refused: u64,
+}
+
+impl AutoRate {
+    fn new(rate: f64, now: i64) -> Self {
+        Self { rate, moved_ms: now, refused: 0 }
+    }
+
+    fn refused(&mut self, n: u64) {
+        self.refused += n;
+    }
+
+    fn at(&mut self, now: i64, waiting: bool) -> f64 {
+        if now - self.moved_ms >= 1_000 {
+            self.moved_ms = now;
+            if self.refused > 0 {
+                self.rate = (self.rate * AUTO_DOWN).max(1.0);
+            } else if waiting {
+                self.rate = (self.rate * AUTO_UP).min(f64::from(MAX_RATE));
             }
-            *auto
+            self.refused = 0;
         }
+        self.rate
     }
 }
 
@@ -168,4 +195,30 @@ async fn sold_out(state: &AppState, sale: &Sale, now: i64) -> bool {
     }
     let stocks = state.gate.stocks(&sale.buckets()).await;
     stocks.is_ok_and(|s| s.iter().all(|units| *units == Some(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_auto_rate_climbs_while_places_wait_and_backs_off_on_refusals_once_a_second() {
+        let mut auto = AutoRate::new(100.0, 0);
+        // Within the second nothing moves, whatever happens.
+        auto.refused(3);
+        assert_eq!(auto.at(500, true), 100.0);
+        // A second on: the refusals of that second bring it down a third, once.
+        assert_eq!(auto.at(1_000, true), 100.0 * AUTO_DOWN);
+        assert_eq!(auto.at(1_100, true), 100.0 * AUTO_DOWN);
+        // No refusal and places waiting: up a quarter a second.
+        assert_eq!(auto.at(2_000, true), 100.0 * AUTO_DOWN * AUTO_UP);
+        // Nobody waiting: it holds.
+        assert_eq!(auto.at(3_000, false), 100.0 * AUTO_DOWN * AUTO_UP);
+        // Bounded both ways.
+        let mut low = AutoRate::new(1.0, 0);
+        low.refused(1);
+        assert_eq!(low.at(1_000, true), 1.0);
+        let mut high = AutoRate::new(f64::from(MAX_RATE), 0);
+        assert_eq!(high.at(1_000, true), f64::from(MAX_RATE));
+    }
 }

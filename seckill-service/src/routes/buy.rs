@@ -40,25 +40,14 @@ fn flag_sold_out(state: &web::Data<AppState>, sale: &Sale, now: i64) {
 }
 
 /// A slot among the requests in flight; on a sale with a waiting room, a refusal is counted
-/// for the room's `auto` rate (an admitted buyer refused: the room admits too fast).
-fn enter(
-    state: &web::Data<AppState>,
-    sale: &Sale,
-    route: &'static str,
-) -> Result<seckill_web::shed::Slot, ApiError> {
-    let refused = match state.in_flight.enter(route) {
-        Ok(slot) => return Ok(slot),
-        Err(busy) => busy,
-    };
-    if sale.goods.waiting_room.is_some() {
-        let (state, g) = (state.clone(), sale.id());
-        actix_web::rt::spawn(async move {
-            if let Err(e) = state.rooms.store.count_busy(g).await {
-                tracing::debug!(goods_id = %g, error = %e, "a busy refusal of the room went uncounted");
-            }
-        });
-    }
-    Err(refused)
+/// for the room's `auto` rate (an admitted buyer refused: the room admits too fast), in
+/// memory: the room's upkeep adds the count to Redis once a tick.
+fn enter(state: &AppState, sale: &Sale, route: &'static str) -> Result<seckill_web::shed::Slot, ApiError> {
+    state.in_flight.enter(route).inspect_err(|_| {
+        if let Some(view) = state.rooms.view(&sale.goods) {
+            view.refused_busy();
+        }
+    })
 }
 
 fn sold_out() -> ApiError {
