@@ -145,6 +145,10 @@ pub async fn order(
     match state.batcher.enqueue(request).await {
         Enqueued::Accepted => {
             metrics::counter!("seckill_orders_accepted_total").increment(1);
+            if sale.goods.waiting_room.is_some() {
+                // Against the places admitted: those who came in and bought, the rest no-shows.
+                metrics::counter!("seckill_room_buys_total", "goods_id" => g.to_string()).increment(1);
+            }
             Ok(HttpResponse::Accepted().json(OrderAccepted { status: SeckillStatus::Queued, request_id }))
         }
         Enqueued::Refused => Err(busy()),
