@@ -220,6 +220,7 @@ pub fn spawn_system_with(options: Options) -> System {
             (limits.buy, limits.poll, limits.orders, limits.admin) = (user, user, user, user);
             limits.anonymous =
                 gateway::configuration::LimitSettings { per_sec: Some(1_000_000), burst: Some(1_000_000) };
+            limits.join = limits.anonymous;
             limits
         }),
         redis: redis.clone(),

@@ -219,7 +219,8 @@ impl RoomView {
         self.seen().known
     }
 
-    /// A read of Redis: the state, and a mark when places came up since the last.
+    /// A read of Redis: the state, and the leader's marks of the places that came up since the
+    /// last read (the leader's instants, so every replica ends an admission at the same one).
     pub fn observed(&self, o: &store::Observed, sold_out: bool, now_ms: i64) {
         let mut seen = self.seen_mut();
         seen.known = true;
@@ -229,10 +230,14 @@ impl RoomView {
             seen.rate = rate;
         }
         seen.sold_out = sold_out;
-        if o.admitted > seen.admitted {
-            seen.admitted = o.admitted;
+        let last = seen.marks.back().map_or(0, |m| m.1);
+        seen.marks.extend(o.marks.iter().filter(|m| m.1 > last));
+        // Admitted past every mark read (none was kept: the leader's list is new): from now.
+        let marked = seen.marks.back().map_or(0, |m| m.1);
+        if o.admitted > marked {
             seen.marks.push_back((now_ms, o.admitted));
         }
+        seen.admitted = seen.admitted.max(o.admitted).max(marked);
         let life_ms = i64::from(self.room.admission_secs) * 1000;
         seen.forget_before(now_ms - life_ms - 1000);
     }
@@ -302,8 +307,13 @@ mod tests {
         RoomView::new(&goods, room, [3; 32])
     }
 
+    /// A read with no marks of the leader's (a replica falls back on its own clock).
     fn observed(drawn: u64, after: u64, admitted: u64) -> store::Observed {
-        store::Observed { drawn: Some(drawn), after, admitted, rate: Some(10.0) }
+        with_marks(drawn, after, admitted, &[])
+    }
+
+    fn with_marks(drawn: u64, after: u64, admitted: u64, marks: &[(i64, u64)]) -> store::Observed {
+        store::Observed { drawn: Some(drawn), after, admitted, rate: Some(10.0), marks: marks.to_vec() }
     }
 
     fn user() -> UserId {
@@ -337,15 +347,19 @@ mod tests {
 
     #[test]
     fn every_replica_ends_an_admission_at_the_same_instant_from_the_marks() {
-        let (a, b) = (view(60), view(60));
-        a.observed(&observed(10, 0, 0), false, 11_000);
-        a.observed(&observed(10, 0, 3), false, 11_100);
-        a.observed(&observed(10, 0, 6), false, 11_200);
-        // b starts later: it reads the marks Redis kept, then the state.
-        b.remember(vec![(11_100, 3), (11_200, 6)]);
-        b.observed(&observed(10, 0, 6), false, 15_000);
+        let (a, b, c) = (view(60), view(60), view(60));
+        let marks = [(11_100, 3), (11_200, 6)];
+        // a reads every tick, just after the leader; b misses a tick; c starts later and
+        // reads the marks Redis kept first.
+        a.observed(&with_marks(10, 0, 3, &marks[..1]), false, 11_150);
+        a.observed(&with_marks(10, 0, 6, &marks), false, 11_260);
+        b.observed(&with_marks(10, 0, 6, &marks), false, 11_290);
+        c.remember(marks.to_vec());
+        c.observed(&with_marks(10, 0, 6, &marks), false, 15_000);
         for code in 0..10 {
-            assert_eq!(a.standing(code, user(), 15_000), b.standing(code, user(), 15_000), "join {code}");
+            let standing = a.standing(code, user(), 15_000);
+            assert_eq!(standing, b.standing(code, user(), 15_000), "join {code}");
+            assert_eq!(standing, c.standing(code, user(), 15_000), "join {code}");
         }
     }
 

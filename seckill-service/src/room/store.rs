@@ -53,13 +53,16 @@ pub enum Work {
     Done { nonce: String, ttl_ms: i64 },
 }
 
-/// One read of a room's Redis hash ([`scripts::VIEW_FIELDS`]): `None` when not loaded.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One read of a room's Redis hash ([`scripts::VIEW_FIELDS`]) and its recent marks: `None`
+/// when not loaded.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
     pub drawn: Option<u64>,
     pub after: u64,
     pub admitted: u64,
     pub rate: Option<f64>,
+    /// The leader's last marks, `(instant ms, places admitted)`, oldest first.
+    pub marks: Vec<(i64, u64)>,
 }
 
 /// What one advance did (`scripts::ADVANCE`).
@@ -161,6 +164,7 @@ impl RoomStore {
         let loaded: i64 = self
             .load
             .key(self.keys.room(goods.id))
+            .key(self.keys.room_marks(goods.id))
             .arg(marks.joins_before)
             .arg(marks.joins_after)
             .arg(marks.drawn.map(|n| n.to_string()).unwrap_or_default())
@@ -215,9 +219,11 @@ impl RoomStore {
     /// The room's state as every replica keeps it in memory; `None` when not in Redis.
     pub async fn observe(&self, g: GoodsId) -> Result<Option<Observed>, GateError> {
         let mut conn = self.conn();
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.keys.room(g)).arg(&scripts::VIEW_FIELDS[..]);
-        let [drawn, after, admitted_milli, rate]: [Option<String>; 4] = cmd.query_async(&mut conn).await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(self.keys.room(g)).arg(&scripts::VIEW_FIELDS[..]);
+        pipe.cmd("LRANGE").arg(self.keys.room_marks(g)).arg(-scripts::RECENT_MARKS).arg(-1);
+        let ([drawn, after, admitted_milli, rate], marks): ([Option<String>; 4], Vec<String>) =
+            pipe.query_async(&mut conn).await?;
         if drawn.is_none() && after.is_none() && admitted_milli.is_none() {
             return Ok(None);
         }
@@ -227,6 +233,7 @@ impl RoomStore {
             after: int(&after).unwrap_or(0),
             admitted: int(&admitted_milli).unwrap_or(0) / 1000,
             rate: rate.as_deref().and_then(|r| r.parse().ok()),
+            marks: parse_marks(&marks),
         }))
     }
 
@@ -236,13 +243,7 @@ impl RoomStore {
         let mut conn = self.conn();
         let raw: Vec<String> =
             redis::cmd("LRANGE").arg(self.keys.room_marks(g)).arg(0).arg(-1).query_async(&mut conn).await?;
-        Ok(raw
-            .iter()
-            .filter_map(|m| {
-                let (at, places) = m.split_once(':')?;
-                Some((at.parse().ok()?, places.parse().ok()?))
-            })
-            .collect())
+        Ok(parse_marks(&raw))
     }
 
     /// Whether this replica leads the room for the next `lease_ms`.
@@ -331,6 +332,16 @@ impl RoomStore {
             redis::cmd("INCRBY").arg(self.keys.room_busy(g)).arg(refused).query_async(&mut conn).await?;
         Ok(())
     }
+}
+
+/// Marks as Redis keeps them, `<instant ms>:<places admitted>`, oldest first.
+fn parse_marks(raw: &[String]) -> Vec<(i64, u64)> {
+    raw.iter()
+        .filter_map(|m| {
+            let (at, places) = m.split_once(':')?;
+            Some((at.parse().ok()?, places.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Whether a join code was given after the opening (the back of the queue).

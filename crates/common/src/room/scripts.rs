@@ -66,9 +66,10 @@ return code
 
 /// Puts a room into Redis from stock-service's marks, unless it is there. Every count starts
 /// at what was leased (an upper bound of what was handed out), so no number is given twice
-/// and no place admitted twice; admissions wait until the lease's instant.
-/// KEYS: room. ARGV: joins_before, joins_after, drawn or '', admitted, admitted_at_ms, now,
-/// start (ms). Returns 1 if loaded by this call.
+/// and no place admitted twice; admissions wait until the lease's instant. The places admitted
+/// get a mark of this instant (the marks before the loss are gone with it).
+/// KEYS: room, marks. ARGV: joins_before, joins_after, drawn or '', admitted, admitted_at_ms,
+/// now, start (ms). Returns 1 if loaded by this call.
 pub const LOAD: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'before', ARGV[1], 'before_cap', ARGV[1], 'after', ARGV[2],
@@ -76,6 +77,7 @@ redis.call('HSET', KEYS[1], 'before', ARGV[1], 'before_cap', ARGV[1], 'after', A
   'admitted_cap', ARGV[4], 'paused_until', ARGV[5], 'at', ARGV[6])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'drawn', ARGV[3]) end
 if ARGV[3] ~= '' or tonumber(ARGV[6]) >= tonumber(ARGV[7]) then redis.call('HSET', KEYS[1], 'closed', '1') end
+if tonumber(ARGV[4]) > 0 then redis.call('RPUSH', KEYS[2], ARGV[6] .. ':' .. ARGV[4]) end
 return 1
 ";
 
@@ -143,5 +145,8 @@ return {places, cap, busy}
 ";
 
 /// A room's state for every replica's memory: HMGET of `drawn`, `after`, `admitted_milli`,
-/// `rate` (no script: one command).
+/// `rate`, then the last [`RECENT_MARKS`] marks (no script: two commands in one pipeline).
 pub const VIEW_FIELDS: [&str; 4] = ["drawn", "after", "admitted_milli", "rate"];
+/// Marks a replica reads each tick: the leader's of the last 3 seconds, so a replica that
+/// missed some ticks still learns the instant of every place that came up.
+pub const RECENT_MARKS: isize = 32;

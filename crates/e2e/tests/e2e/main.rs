@@ -16,6 +16,7 @@ mod purchase;
 mod queues;
 mod read_bounds;
 mod redis_loss;
+mod room;
 mod sale_input;
 mod security;
 mod storefront;
