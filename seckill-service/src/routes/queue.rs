@@ -2,6 +2,9 @@
 //! one stands in it. The admission a buyer is given here is what the sale's buy routes ask
 //! for ([`check_admission`]).
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -11,9 +14,6 @@ use seckill_common::room::{
 };
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
 use seckill_web::{ApiError, AuthUser};
-
-use std::sync::Arc;
-use std::time::Duration;
 
 use crate::room::store::Work;
 use crate::room::{RoomView, Standing, ticker};
@@ -73,7 +73,9 @@ pub async fn join(
     let code = state.rooms.store.join(&sale.goods, user.id, presented, &work, now).await?;
     metrics::counter!("seckill_room_joins_total").increment(1);
     let view = view_of(&state, &sale, now).await?;
-    Ok(answer(&state, &view, code, user.id, now))
+    let ticket =
+        PlaceTicket { sale: sale.id(), user: user.id, join: code, issued_ms: now }.seal(&state.rooms.key);
+    Ok(answer(&state, &view, ticket, code, user.id, now))
 }
 
 /// How long a proof-of-work challenge may be answered.
@@ -141,7 +143,7 @@ pub async fn status(
     let held = state.rooms.key.open_ticket(ticket, sale.id(), user.id).map_err(refused)?;
     let now = now_ms();
     let view = view_of(&state, &sale, now).await?;
-    Ok(answer(&state, &view, held.join, user.id, now))
+    Ok(answer(&state, &view, ticket.to_owned(), held.join, user.id, now))
 }
 
 /// The sale's room as this replica sees it. The first request for a room this replica has
@@ -154,8 +156,15 @@ async fn view_of(state: &AppState, sale: &Sale, now: i64) -> Result<Arc<RoomView
     Ok(view)
 }
 
-fn answer(state: &AppState, view: &RoomView, code: u64, user: UserId, now: i64) -> HttpResponse {
-    let ticket = PlaceTicket { sale: view.goods, user, join: code, issued_ms: now }.seal(&state.rooms.key);
+/// The answer of both routes: where the holder of join `code` (and of `ticket`) stands.
+fn answer(
+    state: &AppState,
+    view: &RoomView,
+    ticket: String,
+    code: u64,
+    user: UserId,
+    now: i64,
+) -> HttpResponse {
     let standing = view.standing(code, user, now);
     let mut status = QueueStatus {
         state: QueueState::Waiting,
