@@ -142,15 +142,20 @@ impl TestApp {
     /// Publishes a sale through seckill-service as an admin: created at stock-service, loaded
     /// into Redis. Open for an hour.
     pub async fn open_sale(&self, stock: i64) -> Goods {
-        let now = Utc::now();
-        let res = self
-            .as_user(1, Role::Admin, Method::POST, "/api/admin/goods")
-            .json(&json!({"name": "test phone", "price_cents": 10_000, "seckill_price_cents": 5_000,
-                "stock_total": stock, "start_at": now - chrono::Duration::seconds(5),
-                "end_at": now + chrono::Duration::hours(1)}))
-            .send()
-            .await
-            .unwrap();
+        let start = Utc::now() - chrono::Duration::seconds(5);
+        self.publish(stock, start, Value::Null).await
+    }
+
+    /// `POST /api/admin/goods` of a sale of `stock` units from `start` for an hour, with a
+    /// waiting room when `room` is not null; asserts the 201.
+    async fn publish(&self, stock: i64, start: chrono::DateTime<Utc>, room: Value) -> Goods {
+        let mut body = json!({"name": "test phone", "price_cents": 10_000, "seckill_price_cents": 5_000,
+            "stock_total": stock, "start_at": start, "end_at": start + chrono::Duration::hours(1)});
+        if !room.is_null() {
+            body["waiting_room"] = room;
+        }
+        let res =
+            self.as_user(1, Role::Admin, Method::POST, "/api/admin/goods").json(&body).send().await.unwrap();
         let (status, body) = answer(res).await;
         assert_eq!(status, 201, "create sale: {body}");
         serde_json::from_value(body).unwrap()
@@ -166,17 +171,7 @@ impl TestApp {
     /// in `starts_in` and lasts an hour.
     pub async fn room_sale(&self, stock: i64, starts_in: Duration, room: Value) -> Goods {
         let start = Utc::now() + chrono::Duration::from_std(starts_in).unwrap();
-        let res = self
-            .as_user(1, Role::Admin, Method::POST, "/api/admin/goods")
-            .json(&json!({"name": "room phone", "price_cents": 10_000, "seckill_price_cents": 5_000,
-                "stock_total": stock, "start_at": start, "end_at": start + chrono::Duration::hours(1),
-                "waiting_room": room}))
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = answer(res).await;
-        assert_eq!(status, 201, "create sale: {body}");
-        serde_json::from_value(body).unwrap()
+        self.publish(stock, start, room).await
     }
 
     /// `POST /api/seckill/{g}/queue` with `body` (none when null).
