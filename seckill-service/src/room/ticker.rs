@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use actix_web::web;
+use seckill_common::GoodsId;
 use seckill_common::room::{MAX_RATE, RoomRate};
 use tokio_util::sync::CancellationToken;
 
@@ -40,22 +41,43 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
         }
         for sale in state.sales.watched(state.settings.ended_grace()) {
             let Some(view) = state.rooms.view(&sale.goods) else { continue };
-            if let Err(e) = upkeep(&state, &sale, &view, &mut leading).await {
-                tracing::warn!(goods_id = %sale.id(), error = %e, "waiting room upkeep failed; tried again next tick");
-            }
+            let result = upkeep(&state, &sale, &view, &mut leading).await;
+            leading.report(sale.id(), result);
         }
         for view in state.rooms.all() {
             if state.sales.cached(view.goods).is_none() {
                 state.rooms.forget(view.goods);
+                leading.auto.remove(&view.goods);
+                leading.failing.remove(&view.goods);
             }
         }
     }
 }
 
-/// What the leader of a room keeps between ticks: the `auto` rates.
+/// What the upkeep keeps between ticks: the `auto` rates of the rooms this replica leads, and
+/// the rooms whose upkeep is failing.
 #[derive(Default)]
 struct Leading {
-    auto: std::collections::HashMap<seckill_common::GoodsId, AutoRate>,
+    auto: std::collections::HashMap<GoodsId, AutoRate>,
+    failing: std::collections::HashSet<GoodsId>,
+}
+
+impl Leading {
+    /// One warning when a room's upkeep starts failing (ten ticks a second would flood the
+    /// log), one line when it works again.
+    fn report(&mut self, g: GoodsId, result: anyhow::Result<()>) {
+        match result {
+            Ok(()) => {
+                if self.failing.remove(&g) {
+                    tracing::info!(goods_id = %g, "waiting room upkeep works again");
+                }
+            }
+            Err(e) if self.failing.insert(g) => {
+                tracing::warn!(goods_id = %g, error = %e, "waiting room upkeep failed; tried again every tick");
+            }
+            Err(e) => tracing::debug!(goods_id = %g, error = %e, "waiting room upkeep still failing"),
+        }
+    }
 }
 
 async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Leading) -> anyhow::Result<()> {
