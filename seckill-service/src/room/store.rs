@@ -39,6 +39,10 @@ pub struct RoomStore {
     drawn: Script,
     lead: Script,
     advance: Script,
+    /// One lease of join numbers at a time on this replica: when a block runs out every join
+    /// in flight is told so, and one call to stock-service serves them all (the others find
+    /// the cap raised and join again).
+    leasing: tokio::sync::Mutex<()>,
 }
 
 /// What a join brings of the proof of work a new place may need.
@@ -90,6 +94,7 @@ impl RoomStore {
             drawn: Script::new(scripts::DRAWN),
             lead: Script::new(scripts::LEAD),
             advance: Script::new(scripts::ADVANCE),
+            leasing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -185,15 +190,22 @@ impl RoomStore {
     /// Leases another block of join numbers for one phase, recorded at stock-service before
     /// Redis may hand any of them out.
     async fn lease_joins(&self, g: GoodsId, after: bool) -> Result<(), ApiError> {
-        let field = if after { "after_cap" } else { "before_cap" };
+        let (count, field) = if after { ("after", "after_cap") } else { ("before", "before_cap") };
+        let _one_at_a_time = self.leasing.lock().await;
         let mut conn = self.conn();
-        let cap: Option<u64> = redis::cmd("HGET")
+        let (handed_out, cap): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
             .arg(self.keys.room(g))
+            .arg(count)
             .arg(field)
             .query_async(&mut conn)
             .await
             .map_err(GateError::from)?;
-        let wanted = cap.unwrap_or(0) + JOIN_BLOCK;
+        let cap = cap.unwrap_or(0);
+        if handed_out.unwrap_or(0) < cap {
+            // Another join's lease (here or on another replica) came first: numbers are left.
+            return Ok(());
+        }
+        let wanted = cap + JOIN_BLOCK;
         let ask = if after {
             RoomMarks { joins_after: wanted, ..RoomMarks::default() }
         } else {
