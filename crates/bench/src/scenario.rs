@@ -15,6 +15,7 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::room::WaitingRoom;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
@@ -442,14 +443,23 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
         None => {
             let admin_token = dev_token(&mut admin, 1, "admin").await?;
             let label = format!("bench {}", cfg.name);
-            let goods =
-                create_sale(&mut admin, &admin_token, &label, cfg.stock, 1, chrono::Duration::seconds(5))
-                    .await?;
+            let goods = create_sale(
+                &mut admin,
+                &admin_token,
+                &label,
+                cfg.stock,
+                1,
+                chrono::Duration::seconds(5),
+                None,
+            )
+            .await?;
             goods.id.get()
         }
     };
     let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
-    let tokens = Arc::new(mint_tokens(&endpoint, &user_ids, cfg).await?);
+    let tokens = Arc::new(
+        mint_tokens(&endpoint, &user_ids, cfg.connections, cfg.request_timeout, cfg.progress).await?,
+    );
     let mut conns = open_spread(&click_endpoints, cfg.connections, cfg.request_timeout).await?;
     let poll_conns =
         Conn::open_many(&click_endpoints[0], cfg.poll_connections.max(1), cfg.request_timeout).await?;
@@ -704,6 +714,7 @@ async fn report_run(
         drain: Some(drain),
         sync: None,
         storm: None,
+        room: None,
         invariants: checks,
         memory: timed.memory,
         cpu: Some(timed.cpu),
@@ -1440,8 +1451,8 @@ pub async fn dev_token(conn: &mut Conn, user: i64, role: &str) -> anyhow::Result
 }
 
 /// Creates a sale of `units` over `buckets` stock buckets, named "<label> <time>", that opened
-/// `opened_ago` before now (`POST /api/admin/goods` as `admin`); the fault suite creates its
-/// sales the same way.
+/// `opened_ago` before now (negative: opens later), behind `room` if any (`POST
+/// /api/admin/goods` as `admin`); the fault suite creates its sales the same way.
 pub(crate) async fn create_sale(
     conn: &mut Conn,
     admin: &str,
@@ -1449,6 +1460,7 @@ pub(crate) async fn create_sale(
     units: i64,
     buckets: u8,
     opened_ago: chrono::Duration,
+    room: Option<WaitingRoom>,
 ) -> anyhow::Result<Goods> {
     let now = Utc::now();
     let body = NewGoods {
@@ -1459,7 +1471,7 @@ pub(crate) async fn create_sale(
         start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
         buckets,
-        waiting_room: None,
+        waiting_room: room,
     };
     let bearer = bearer_header(admin)?;
     let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;
@@ -1478,16 +1490,19 @@ pub(crate) async fn goods_now(conn: &mut Conn, g: i64) -> anyhow::Result<Goods> 
     Ok(serde_json::from_slice(&a.body)?)
 }
 
-/// Every user's bearer header, minted through the gateway before the clock starts.
-async fn mint_tokens(
+/// Every user's bearer header, minted through the gateway before the clock starts, on up to
+/// 32 of `connections`.
+pub(crate) async fn mint_tokens(
     endpoint: &Arc<Endpoint>,
     users: &[i64],
-    cfg: &ScenarioConfig,
+    connections: usize,
+    timeout: Duration,
+    progress: bool,
 ) -> anyhow::Result<Vec<HeaderValue>> {
-    let n = cfg.connections.clamp(1, 32).min(users.len().max(1));
+    let n = connections.clamp(1, 32).min(users.len().max(1));
     let progress =
-        Progress::new(cfg.progress && users.len() >= 5_000, Some(users.len() as u64), "minting tokens");
-    let conns = Conn::open_many(endpoint, n, cfg.request_timeout).await?;
+        Progress::new(progress && users.len() >= 5_000, Some(users.len() as u64), "minting tokens");
+    let conns = Conn::open_many(endpoint, n, timeout).await?;
     let users = Arc::new(users.to_vec());
     let mut tasks = JoinSet::new();
     for (k, mut conn) in conns.into_iter().enumerate() {
