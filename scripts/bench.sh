@@ -35,7 +35,9 @@
 #      gateway's /healthz, the trivial upstream alone, the hop, the sold-out scenario (orders
 #      without a path token) through the system gateway, through the hop gateway
 #      (sold-out-per-replica; the sale created through :8080) and through the forwarding
-#      gateway (sold-out-forwarded); then RabbitMQ persistent publishing with confirms, redis-benchmark
+#      gateway (sold-out-forwarded); then room (a sale behind a waiting room: joins, status
+#      polls, admissions, buys; Redis memory per waiting user from the join script run directly
+#      on a million users under the scratch prefix); then RabbitMQ persistent publishing with confirms, redis-benchmark
 #      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
 #      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
 #      500 connections), accept-sustained (open loop at 0.8 x drain's accepted rate) and
@@ -74,11 +76,11 @@ QUICK=${BENCH_QUICK:-0}
 [[ $QUICK == 0 || $QUICK == false ]] && QUICK=0 || QUICK=1
 if ((QUICK)); then
     REPEAT=${BENCH_REPEAT:-1} SECS=${BENCH_SECS:-3}
-    SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000 STORM_USERS=10000
+    SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000 STORM_USERS=10000 ROOM_USERS=5000
     AMQP_MESSAGES=20000 REDIS_N=50000 PG_SECS=4
 else
     REPEAT=${BENCH_REPEAT:-3} SECS=${BENCH_SECS:-8}
-    SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000 STORM_USERS=50000
+    SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000 STORM_USERS=50000 ROOM_USERS=20000
     AMQP_MESSAGES=100000 REDIS_N=200000 PG_SECS=10
 fi
 UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
@@ -251,9 +253,11 @@ trap cleanup EXIT
 export SECKILL_STOCK_DB=$STOCK_DB SECKILL_ORDER_DB=$ORDER_DB
 export SECKILL__REDIS__KEY_PREFIX=$REDIS_PREFIX SECKILL__AMQP__PREFIX=$AMQP_PREFIX
 # The load tool mints every buyer's token and reads the goods from one address: the gateways'
-# per-address limit on the anonymous routes (50/s by default) would be all it measured. Only
-# the gateways take this section (up.sh and foreign_env drop it for the others).
+# per-address limits on the anonymous routes (50/s by default) and on joining a waiting room
+# (10/s) would be all it measured. Only the gateways take this section (up.sh and foreign_env
+# drop it for the others).
 export SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC=1000000 SECKILL__RATE_LIMIT__ANONYMOUS__BURST=1000000
+export SECKILL__RATE_LIMIT__JOIN__PER_SEC=1000000 SECKILL__RATE_LIMIT__JOIN__BURST=1000000
 
 UP_START=$SECONDS
 SYSTEM_UP=1 # from here on the trap stops what was started (ensure_servers may start servers)
@@ -425,6 +429,12 @@ for i in $(seq 1 "$REPEAT"); do
         --gateway-setting rate_limit.shared=true --gateway-setting sold_out.remember_ms=0 \
         --pid "gateway-forwarded=$(cat "$BDIR/gateway-forwarded.pid")" --json "$OUT/sold-out-forwarded.$i.json"
 done
+
+# A waiting room: its joins set against the hop, its polls (200 connections, SECS s) against
+# sold-out; a quarter of the users buy (at 500 admitted a second), the rest are told sold out.
+measure room room --gateway "$GW" --no-path-token --users "$ROOM_USERS" --stock $((ROOM_USERS / 4)) -c 200 \
+    --poll-secs "$SECS" --first-user 30000000 --redis-url "$SECKILL_REDIS_URL" \
+    --memory-prefix "${REDIS_PREFIX}room-memory:" --json "$OUT/room.json" --chart "$OUT/room.svg"
 
 for i in $(seq 1 "$REPEAT"); do
     measure "amqp-publish #$i" amqp-publish --amqp-url "$SECKILL_AMQP_URL" --messages "$AMQP_MESSAGES" \

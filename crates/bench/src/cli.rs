@@ -63,6 +63,11 @@ pub enum Command {
     /// Redis (expiries/s); then every unit back, the audit agreeing, and --rebuy-sample (1,000)
     /// expired buyers buying again are checked.
     Storm(StormArgs),
+    /// A sale behind a waiting room: --users (20,000) join, half before the opening; the status
+    /// route polled as fast as answered for --poll-secs; then everyone polls with back-off and
+    /// the admitted buy. Also Redis memory per waiting user, the join script run directly for
+    /// --memory-users (1,000,000).
+    Room(crate::room::RoomArgs),
     /// The synchronous design, for comparison: one transaction per buy (conditional stock
     /// update + order insert under a unique (goods_id, user_id) index) behind a minimal HTTP
     /// server in this tool, in a throw-away database on the same PostgreSQL; --buys (50,000)
@@ -128,7 +133,7 @@ pub struct Output {
 }
 
 impl Output {
-    fn procs(&self) -> Vec<ProcTarget> {
+    pub(crate) fn procs(&self) -> Vec<ProcTarget> {
         memory::discover(&self.run_dir, &self.pids)
     }
 }
@@ -633,6 +638,11 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Drain(a) => run_scenario(Scenario::Drain, &a).await,
         Command::Storm(a) => {
             let report = crate::storm::run(&a.config()).await?;
+            emit(&report, &a.out)?;
+            Ok(invariant_status(&report))
+        }
+        Command::Room(a) => {
+            let report = crate::room::run(&a).await?;
             emit(&report, &a.out)?;
             Ok(invariant_status(&report))
         }

@@ -71,7 +71,7 @@ pub struct GateReport {
 }
 
 /// A node's CPU seconds (main thread, user + system) and script calls so far.
-async fn node_counters(url: &str) -> anyhow::Result<(f64, u64)> {
+pub(crate) async fn node_counters(url: &str) -> anyhow::Result<(f64, u64)> {
     let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
     let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
     let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;

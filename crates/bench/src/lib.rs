@@ -2,7 +2,7 @@
 //!
 //! It drives a running system through the gateway like real buyers (named scenarios: `seed`,
 //! `spike`, `sold-out`, `hot-user`, `drain`; `storm`, every unpaid order of a sale expiring at
-//! once while a spike runs), checks the sale's invariants from outside, and
+//! once while a spike runs; `room`, a sale behind a waiting room), checks the sale's invariants from outside, and
 //! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
 //! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
@@ -27,6 +27,7 @@ pub mod memory;
 pub mod progress;
 pub mod record;
 pub mod report;
+pub mod room;
 pub mod scenario;
 pub mod signal;
 pub mod stats;

@@ -17,7 +17,8 @@ use crate::machine::{MachineFacts, ProcCpu};
 use crate::memory::ProcMemory;
 use crate::record::Call;
 use crate::report::{
-    BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report, StormSummary,
+    BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report, RoomSummary,
+    StormSummary,
 };
 use crate::stats::CallStats;
 use crate::sync::SyncSummary;
@@ -57,6 +58,8 @@ pub mod names {
     pub const SYNC: &str = "sync";
     /// Every unpaid order of a sale expiring at once, a spike running meanwhile.
     pub const STORM: &str = "storm";
+    /// A sale behind a waiting room: joins, status polls, admissions, memory per waiting user.
+    pub const ROOM: &str = "room";
 }
 
 /// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
@@ -315,6 +318,7 @@ pub fn targets(c: &Collected) -> Vec<Target> {
     });
 
     t.extend(storm(c));
+    t.extend(room(c));
 
     t.push(match c.report(SEED) {
         Some((s, _)) => {
@@ -598,6 +602,74 @@ fn storm(c: &Collected) -> [Target; 2] {
             ratio: s.accepted_ratio,
             goal: RATIO.into(),
             met: Some(s.accepted_ratio.is_some_and(|r| r >= 0.8)),
+        },
+    ]
+}
+
+/// The waiting room's targets: a join against one plain hop, a status poll against the
+/// sold-out answer, the memory a waiting user costs at a million; the admissions against the
+/// room's rate for context.
+fn room(c: &Collected) -> [Target; 4] {
+    const JOIN: &str = "waiting room: joins/s (closed loop, half before the opening) vs one plain hop";
+    const POLL: &str = "waiting room: status polls/s, as fast as answered, vs the sold-out answer";
+    const POLL_GOAL: &str = ">= 0.83 (cost within 1.2 x)";
+    const MEMORY: &str =
+        "waiting room: Redis memory per waiting user at 1,000,000 (the join script run directly)";
+    const ADMITTED: &str = "waiting room: places admitted per second vs the room's rate";
+    let Some((run, r)) = c.report(names::ROOM).and_then(|(run, _)| Some((run, run.room.as_ref()?))) else {
+        return [
+            missing(JOIN, ">= 0.5"),
+            missing(POLL, POLL_GOAL),
+            missing(MEMORY, "<= 64 B"),
+            missing(ADMITTED, ""),
+        ];
+    };
+    let vs = |what: String, (v, p50, p99): (f64, f64, f64), base: &str, goal: f64, goal_text: &str| {
+        let b = c.report(base).map(|(b, runs)| (b.load_per_sec(), runs_text(&runs)));
+        let ratio = b.as_ref().map(|(x, _)| v / x.max(1e-9));
+        Target {
+            what,
+            measured: format!("{} /s (p50 {p50:.1} ms, p99 {p99:.1} ms)", n0(v)),
+            against: b.map_or(String::new(), |(x, runs)| format!("{base} {} req/s{runs}", n0(x))),
+            ratio,
+            goal: goal_text.into(),
+            met: ratio.map(|x| x >= goal),
+        }
+    };
+    let at_million = r.memory.iter().find(|m| m.users == 1_000_000);
+    let sizes: Vec<String> =
+        r.memory.iter().map(|m| format!("{:.1} B at {}", m.bytes_per_user, n0(m.users as f64))).collect();
+    [
+        vs(
+            format!("{JOIN} ({} users, {} connections)", n0(r.users as f64), connections(run)),
+            (r.joins_per_sec, r.join_p50_ms, r.join_p99_ms),
+            names::HOP,
+            0.5,
+            ">= 0.5",
+        ),
+        vs(
+            format!("{POLL} ({:.0} s, {} connections)", r.poll_secs, connections(run)),
+            (r.polls_per_sec, r.poll_p50_ms, r.poll_p99_ms),
+            names::SOLD_OUT,
+            1.0 / 1.2,
+            POLL_GOAL,
+        ),
+        Target {
+            met: at_million.map(|m| m.bytes_per_user <= 64.0),
+            measured: sizes.join(", "),
+            ..missing(MEMORY, "<= 64 B")
+        },
+        Target {
+            measured: format!(
+                "{} /s ({} places; {} bought of {} units)",
+                r.admitted_per_sec.map_or("-".into(), n0),
+                n0(r.admitted as f64),
+                n0(r.bought as f64),
+                n0(r.stock as f64)
+            ),
+            against: format!("rate {} /s", n0(f64::from(r.rate))),
+            ratio: r.admitted_per_sec.map(|a| a / f64::from(r.rate)),
+            ..missing(ADMITTED, "")
         },
     ]
 }
@@ -925,6 +997,8 @@ struct ScenarioView<'a> {
     sync: Option<&'a SyncSummary>,
     /// `storm`: the expiries, the spikes with and without them, the buyers buying again.
     storm: Option<&'a StormSummary>,
+    /// `room`: joins, polls, admissions, memory per waiting user.
+    room: Option<&'a RoomSummary>,
     duration_secs: f64,
     memory: &'a [ProcMemory],
     cpu: Option<CpuView<'a>>,
@@ -944,6 +1018,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
         SOLD_OUT,
         SOLD_OUT_PER_REPLICA,
         SOLD_OUT_FORWARDED,
+        ROOM,
         DRAIN,
         DRAIN_BACKLOG,
         SYNC,
@@ -976,6 +1051,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
                 drain: r.drain.as_ref().filter(|d| d.accepted_per_sec > 0.0),
                 sync: r.sync.as_ref(),
                 storm: r.storm.as_ref(),
+                room: r.room.as_ref(),
                 duration_secs: r.duration_secs,
                 memory: &r.memory,
                 cpu: CpuView::of(r),
@@ -1345,6 +1421,7 @@ mod tests {
             drain: None,
             sync: None,
             storm: None,
+            room: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,

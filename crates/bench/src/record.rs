@@ -23,11 +23,26 @@ pub enum Call {
     Publish,
     /// `POST /buy/{user}`: one transaction per buy (the `sync` scenario).
     Buy,
+    /// `POST /api/seckill/{id}/queue`: joining a waiting room (the `room` scenario).
+    Join,
+    /// `GET /api/seckill/{id}/queue`: where one stands, asked as fast as answered...
+    Queue,
+    /// ...and as a page asks, with back-off.
+    QueueWait,
 }
 
 impl Call {
-    pub const ALL: [Call; 6] =
-        [Call::PathToken, Call::Order, Call::Result, Call::Get, Call::Publish, Call::Buy];
+    pub const ALL: [Call; 9] = [
+        Call::PathToken,
+        Call::Order,
+        Call::Result,
+        Call::Get,
+        Call::Publish,
+        Call::Buy,
+        Call::Join,
+        Call::Queue,
+        Call::QueueWait,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -37,6 +52,9 @@ impl Call {
             Self::Get => "get",
             Self::Publish => "publish",
             Self::Buy => "buy",
+            Self::Join => "join",
+            Self::Queue => "queue",
+            Self::QueueWait => "queue-wait",
         }
     }
 }

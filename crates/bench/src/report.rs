@@ -43,6 +43,9 @@ pub struct Report {
     /// The `storm` scenario's figures: the expiries, and the spikes with and without them.
     #[serde(default)]
     pub storm: Option<StormSummary>,
+    /// The `room` scenario's figures: joins, polls, admissions, memory per waiting user.
+    #[serde(default)]
+    pub room: Option<RoomSummary>,
     #[serde(default)]
     pub invariants: Vec<Check>,
     #[serde(default)]
@@ -210,6 +213,56 @@ impl StormSummary {
     }
 }
 
+/// A waiting room under load: a sale behind one, joined by `users` (`joined_before` of them
+/// before its opening), polled, admitted at `rate` a second, bought.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoomSummary {
+    pub goods_id: i64,
+    pub users: u64,
+    pub stock: i64,
+    pub rate: u32,
+    pub joined: u64,
+    /// The draw's size: joins before the opening.
+    pub joined_before: Option<u64>,
+    /// Joins answered 200 per second of joining (both phases, closed loop), and their latency.
+    pub joins_per_sec: f64,
+    pub join_p50_ms: f64,
+    pub join_p99_ms: f64,
+    /// Status polls answered 200 per second, asked as fast as answered for `poll_secs`.
+    pub polls_per_sec: f64,
+    pub poll_p50_ms: f64,
+    pub poll_p99_ms: f64,
+    pub poll_secs: f64,
+    /// Places admitted per second, from the count each waiting answer implies (place - ahead).
+    pub admitted_per_sec: Option<f64>,
+    /// The most places seen admitted.
+    pub admitted: u64,
+    /// Users told admitted, and their buys (orders answered 202).
+    pub told_admitted: u64,
+    pub bought: u64,
+    pub told_sold_out: u64,
+    pub told_closed: u64,
+    /// Still waiting (or admitted and not yet bought) when the run gave up.
+    pub unfinished: u64,
+    /// CPU microseconds a join, and a poll, cost each process (during those phases).
+    pub join_us: BTreeMap<String, f64>,
+    pub poll_us: BTreeMap<String, f64>,
+    /// Redis memory per waiting user, the join script run directly, by size.
+    pub memory: Vec<RoomMemory>,
+}
+
+/// What `users` waiting users cost Redis: the join script run directly for each, pipelined,
+/// on a fresh key prefix (`INFO memory` before and after).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoomMemory {
+    pub users: u64,
+    pub bytes: i64,
+    pub bytes_per_user: f64,
+    pub joins_per_sec: f64,
+    /// Redis main-thread CPU per join script call (the whole server's: others' work included).
+    pub redis_us_per_join: f64,
+}
+
 /// One spike's figures, for comparing the spike during the storm with the one without.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpikeFigures {
@@ -258,6 +311,9 @@ impl Report {
         if let Some(s) = &self.storm {
             return s.redis_per_sec.unwrap_or(0.0);
         }
+        if let Some(r) = &self.room {
+            return r.joins_per_sec;
+        }
         if self.kind == KIND_SCENARIO && self.name.starts_with("drain") {
             return self.drain.as_ref().and_then(|d| d.orders_per_sec).unwrap_or(0.0);
         }
@@ -289,6 +345,7 @@ impl Report {
             drain: None,
             sync: None,
             storm: None,
+            room: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -414,6 +471,9 @@ impl Report {
         if let Some(s) = &self.storm {
             out.push_str(&storm_lines(s));
         }
+        if let Some(r) = &self.room {
+            out.push_str(&room_lines(r));
+        }
         if !self.memory.is_empty() {
             let m: Vec<String> = self
                 .memory
@@ -495,6 +555,42 @@ fn storm_lines(s: &StormSummary) -> String {
         s.rebuy_sample, s.rebuy_accepted, s.rebuy_success
     );
     out
+}
+
+/// The room's figures as text (the calls above: `join`, `queue` as fast as answered,
+/// `queue-wait` with back-off, and the admitted's buys).
+fn room_lines(r: &RoomSummary) -> String {
+    let us = |m: &BTreeMap<String, f64>| {
+        m.iter()
+            .filter(|(_, v)| **v >= 1.0)
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let memory: Vec<String> =
+        r.memory.iter().map(|m| format!("{:.1} B at {} users", m.bytes_per_user, m.users)).collect();
+    format!(
+        "room: {} of {} users joined ({:?} before the opening): {:.0} joins/s, p99 {:.1} ms; polls {:.0}/s, p99 \
+         {:.1} ms; admitted {:.1}/s at rate {}, {} bought of {} units, {} told sold out, {} closed, {} \
+         unfinished\nroom: CPU µs a join: {}; a poll: {}\nroom: Redis memory per waiting user: {}\n",
+        r.joined,
+        r.users,
+        r.joined_before,
+        r.joins_per_sec,
+        r.join_p99_ms,
+        r.polls_per_sec,
+        r.poll_p99_ms,
+        r.admitted_per_sec.unwrap_or(0.0),
+        r.rate,
+        r.bought,
+        r.stock,
+        r.told_sold_out,
+        r.told_closed,
+        r.unfinished,
+        us(&r.join_us),
+        us(&r.poll_us),
+        memory.join(", ")
+    )
 }
 
 /// The per call and outcome table.

@@ -283,6 +283,7 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
         drain: None,
         sync: None,
         storm: Some(summary),
+        room: None,
         invariants: checks,
         memory: storm.memory,
         cpu: Some(storm.cpu),
