@@ -561,21 +561,17 @@ fn storm_lines(s: &StormSummary) -> String {
 /// `queue-wait` with back-off, and the admitted's buys).
 fn room_lines(r: &RoomSummary) -> String {
     let us = |m: &BTreeMap<String, f64>| {
-        m.iter()
-            .filter(|(_, v)| **v >= 1.0)
-            .map(|(k, v)| format!("{k} {v:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        m.iter().map(|(k, v)| format!("{k} {v:.0}")).collect::<Vec<_>>().join(", ")
     };
     let memory: Vec<String> =
         r.memory.iter().map(|m| format!("{:.1} B at {} users", m.bytes_per_user, m.users)).collect();
     format!(
-        "room: {} of {} users joined ({:?} before the opening): {:.0} joins/s, p99 {:.1} ms; polls {:.0}/s, p99 \
+        "room: {} of {} users joined ({} before the opening): {:.0} joins/s, p99 {:.1} ms; polls {:.0}/s, p99 \
          {:.1} ms; admitted {:.1}/s at rate {}, {} bought of {} units, {} told sold out, {} closed, {} \
          unfinished\nroom: CPU µs a join: {}; a poll: {}\nroom: Redis memory per waiting user: {}\n",
         r.joined,
         r.users,
-        r.joined_before,
+        r.joined_before.map_or("?".into(), |n| n.to_string()),
         r.joins_per_sec,
         r.join_p99_ms,
         r.polls_per_sec,

@@ -132,9 +132,11 @@ impl Out {
     }
 }
 
-/// When a page asks again: 1 s doubling to 8 s.
-fn backoff(_status: &QueueStatus, last: Duration) -> Duration {
-    (last * 2).clamp(Duration::from_secs(1), Duration::from_secs(8))
+/// When a page asks again: when the answer says (`poll_after_ms`), else 1 s doubling to 8 s.
+fn backoff(status: &QueueStatus, last: Duration) -> Duration {
+    status
+        .poll_after_ms
+        .map_or((last * 2).clamp(Duration::from_secs(1), Duration::from_secs(8)), Duration::from_millis)
 }
 
 impl Shared {
@@ -320,14 +322,16 @@ fn window_secs(events: &[Event]) -> f64 {
     f64::from(events.iter().map(|e| e.end_us).max().unwrap_or(0).saturating_sub(first)) / 1e6
 }
 
-/// CPU microseconds a request cost each process, over `phases` that made `requests`.
+/// CPU microseconds a request cost each process of the system (1 or more), over `phases` that
+/// made `requests`.
 fn us_per_request(phases: &[CpuReport], requests: usize) -> BTreeMap<String, f64> {
     let mut us = BTreeMap::new();
     for c in phases {
-        for p in &c.by_process {
+        for p in c.by_process.iter().filter(|p| p.ours) {
             *us.entry(p.name.clone()).or_default() += p.cores * c.wall_secs * 1e6 / requests.max(1) as f64;
         }
     }
+    us.retain(|_, v| *v >= 1.0);
     us
 }
 
