@@ -273,9 +273,16 @@ async fn run_sale(
     let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
     let label = format!("faults {}", case.name);
-    let goods =
-        create_sale(&mut admin, &admin_token, &label, r.units, case.buckets, chrono::Duration::seconds(1))
-            .await?;
+    let goods = create_sale(
+        &mut admin,
+        &admin_token,
+        &label,
+        r.units,
+        case.buckets,
+        chrono::Duration::seconds(1),
+        None,
+    )
+    .await?;
     let g = goods.id.get();
     r.goods_id = Some(g);
     let t0 = Instant::now();
