@@ -437,8 +437,9 @@ const DATABASE: Cases = &[(ErrorCode::Unavailable, "The database did not answer:
 /// The buy routes of a sale with a waiting room.
 const ROOM_ADMISSION: Cases = &[(
     ErrorCode::NotAdmitted,
-    "The sale has a waiting room, and the request carries no `x-room-admission`, or one of another \
-     user or sale, a forged one, or one past its life: join the room and wait for the admission.",
+    "The sale has a waiting room, and the request carries no `x-room-admission` (before the \
+     opening too), or one of another user or sale, a forged one, or one past its life: join the \
+     room and wait for the admission.",
 )];
 const ROOM_TICKET: Cases = &[
     (
@@ -476,8 +477,9 @@ errors!(JoinErrors: TOKEN, BAD_GOODS_ID, NO_SALE, BODY_LIMIT, ROOM_TICKET, &[
     (ErrorCode::Ended, "The sale has ended."),
     (
         ErrorCode::SoldOut,
-        "Sold out: the gateway answers a sale's clicks this way for `sold_out.remember_ms` after \
-         seckill-service did.",
+        "Sold out: nothing is left to wait for, whether the buyer held a place or not (the \
+         gateway answers a sale's clicks this way for `sold_out.remember_ms` after \
+         seckill-service did).",
     ),
     (ErrorCode::InvalidInput, "The body is not a `QueueJoin`, or its ticket is malformed."),
     (
@@ -697,8 +699,8 @@ mod operations {
     ///
     /// Places ahead, the estimated wait and the state: `waiting`, `admitted` (with the
     /// admission the sale's token and order routes ask for), `sold_out`, or `closed` (the sale
-    /// ended, or the admission's life did). Answered from the replica's memory: ask as often as
-    /// the wait suggests. The `draw` shows the commitment to the seed before the opening and the
+    /// ended, or the admission's life did). Answered from the replica's memory: ask again after
+    /// `poll_after_ms` (sooner as the place nears). The `draw` shows the commitment to the seed before the opening and the
     /// seed after, so anyone can recompute every early joiner's place.
     #[utoipa::path(
         get,

@@ -6,9 +6,9 @@ use diesel::sql_types::{BigInt, Nullable};
 use diesel::upsert::excluded;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use seckill_common::GoodsId;
-use seckill_common::room::{RoomMarks, RoomRate, WaitingRoom};
+use seckill_common::room::{ADMISSION_SECS, CameUp, RoomMarks, RoomRate, RoomRecord, WaitingRoom};
 
-use crate::schema::{goods, room_marks};
+use crate::schema::{goods, room_came_up, room_marks};
 
 /// A room's columns of `goods`: rate (0 for `auto`), opens before, admission, proof of work.
 /// All `None` for a sale without a room.
@@ -50,15 +50,30 @@ pub fn from_columns(columns: RoomColumns) -> Result<Option<WaitingRoom>, String>
         .ok_or_else(|| format!("no valid waiting room has the columns {columns:?}"))
 }
 
-/// [`RoomMarks`] as `room_marks` holds them: BIGINTs, so every count is at most `i64::MAX`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Queryable)]
+/// [`RoomMarks`] as `room_marks` holds them: BIGINTs, so every count is at most `i64::MAX`;
+/// and the leader's mark sent with them, `(admitted, at_ms)` for `room_came_up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredMarks {
     pub joins_before: i64,
     pub joins_after: i64,
     pub drawn: Option<i64>,
     pub admitted: i64,
     pub admitted_at_ms: i64,
+    pub came_up: Option<(i64, i64)>,
 }
+
+/// A row of `room_marks` (without its sale).
+type MarksRow = (i64, i64, Option<i64>, i64, i64);
+
+impl From<MarksRow> for StoredMarks {
+    fn from((joins_before, joins_after, drawn, admitted, admitted_at_ms): MarksRow) -> Self {
+        Self { joins_before, joins_after, drawn, admitted, admitted_at_ms, came_up: None }
+    }
+}
+
+/// The leader's marks are kept this long after the newest (the longest admission's life and
+/// a little more); older ones can no longer say when an admission ends.
+const CAME_UP_KEPT_MS: i64 = (*ADMISSION_SECS.end() as i64 + 10) * 1_000;
 
 impl TryFrom<&RoomMarks> for StoredMarks {
     /// Names the field that does not fit.
@@ -73,6 +88,10 @@ impl TryFrom<&RoomMarks> for StoredMarks {
             drawn: m.drawn.map(|d| fit("drawn", d)).transpose()?,
             admitted: fit("admitted", m.admitted)?,
             admitted_at_ms: m.admitted_at_ms,
+            came_up: m
+                .came_up
+                .map(|c| Ok::<_, String>((fit("came_up.admitted", c.admitted)?, c.at_ms)))
+                .transpose()?,
         })
     }
 }
@@ -89,6 +108,7 @@ impl TryFrom<StoredMarks> for RoomMarks {
             drawn: m.drawn.map(|d| count("drawn", d)).transpose()?,
             admitted: count("admitted", m.admitted)?,
             admitted_at_ms: m.admitted_at_ms,
+            came_up: None,
         })
     }
 }
@@ -160,10 +180,14 @@ pub async fn raise(
             room_marks::admitted,
             room_marks::admitted_at_ms,
         ))
-        .get_result::<StoredMarks>(conn)
+        .get_result::<MarksRow>(conn)
         .await
         .optional()?;
     if let Some(marks) = raised {
+        if let Some((admitted, at_ms)) = to.came_up {
+            keep_came_up(conn, g, admitted, at_ms).await?;
+        }
+        let marks = StoredMarks::from(marks);
         // The table's CHECKs keep every count from being negative: one that is, is a corrupt row.
         return RoomMarks::try_from(marks).map_err(|why| {
             diesel::result::Error::DeserializationError(format!("goods {g}: {why}").into()).into()
@@ -173,4 +197,76 @@ pub async fn raise(
     // the sale is created and never after, so the answer cannot have changed since).
     let sale = goods::table.find(g.get()).select(goods::id).first::<i64>(conn).await.optional()?;
     Err(if sale.is_some() { RaiseError::NoRoom } else { RaiseError::UnknownGoods })
+}
+
+/// Keeps the leader's mark that `admitted` places had come up by `at_ms` (the first one sent
+/// for a count stands), and drops the marks too old to matter.
+async fn keep_came_up(
+    conn: &mut AsyncPgConnection,
+    g: GoodsId,
+    admitted: i64,
+    at_ms: i64,
+) -> Result<(), diesel::result::Error> {
+    diesel::insert_into(room_came_up::table)
+        .values((
+            room_came_up::goods_id.eq(g.get()),
+            room_came_up::admitted.eq(admitted),
+            room_came_up::at_ms.eq(at_ms),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await?;
+    diesel::delete(
+        room_came_up::table
+            .filter(room_came_up::goods_id.eq(g.get()))
+            .filter(room_came_up::at_ms.lt(at_ms - CAME_UP_KEPT_MS)),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Sale `g`'s room as kept here: its marks (zeros before the first raise) and the leader's
+/// marks, oldest first.
+pub async fn record(conn: &mut AsyncPgConnection, g: GoodsId) -> Result<RoomRecord, RaiseError> {
+    let room = goods::table
+        .find(g.get())
+        .select(goods::room_rate)
+        .first::<Option<i32>>(conn)
+        .await
+        .optional()?
+        .ok_or(RaiseError::UnknownGoods)?;
+    if room.is_none() {
+        return Err(RaiseError::NoRoom);
+    }
+    let corrupt =
+        |why: String| diesel::result::Error::DeserializationError(format!("goods {g}: {why}").into());
+    let marks = room_marks::table
+        .find(g.get())
+        .select((
+            room_marks::joins_before,
+            room_marks::joins_after,
+            room_marks::drawn,
+            room_marks::admitted,
+            room_marks::admitted_at_ms,
+        ))
+        .first::<MarksRow>(conn)
+        .await
+        .optional()?
+        .map(|row| RoomMarks::try_from(StoredMarks::from(row)).map_err(corrupt))
+        .transpose()?
+        .unwrap_or_default();
+    let came_up = room_came_up::table
+        .filter(room_came_up::goods_id.eq(g.get()))
+        .order(room_came_up::admitted.asc())
+        .select((room_came_up::at_ms, room_came_up::admitted))
+        .load::<(i64, i64)>(conn)
+        .await?
+        .into_iter()
+        .map(|(at_ms, admitted)| {
+            let admitted = u64::try_from(admitted).map_err(|_| corrupt(format!("came_up {admitted}")))?;
+            Ok(CameUp { at_ms, admitted })
+        })
+        .collect::<Result<_, diesel::result::Error>>()?;
+    Ok(RoomRecord { marks, came_up })
 }

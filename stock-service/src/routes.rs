@@ -39,7 +39,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(
             internal_route("/internal/stock/rooms/{goods_id}", &[Peer::Seckill])
-                .route(web::post().to(rooms::raise)),
+                .route(web::post().to(rooms::raise))
+                .route(web::get().to(rooms::record)),
         );
 }
 

@@ -21,6 +21,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    room_came_up (goods_id, admitted) {
+        goods_id -> Int8,
+        admitted -> Int8,
+        at_ms -> Int8,
+    }
+}
+
+diesel::table! {
     room_marks (goods_id) {
         goods_id -> Int8,
         joins_before -> Int8,
@@ -41,6 +49,7 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(room_came_up -> goods (goods_id));
 diesel::joinable!(room_marks -> goods (goods_id));
 diesel::joinable!(stock_ledger -> goods (goods_id));
-diesel::allow_tables_to_appear_in_same_query!(goods, room_marks, stock_ledger);
+diesel::allow_tables_to_appear_in_same_query!(goods, room_came_up, room_marks, stock_ledger);

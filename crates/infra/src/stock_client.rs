@@ -11,7 +11,7 @@ use seckill_common::api::{
 };
 use seckill_common::config::UpstreamSettings;
 use seckill_common::listing::{GoodsQuery, MAX_PAGE, StateSet};
-use seckill_common::room::RoomMarks;
+use seckill_common::room::{RoomMarks, RoomRecord};
 use seckill_common::trust::{Peer, Trust};
 
 use crate::upstream::Upstream;
@@ -113,5 +113,11 @@ impl StockClient {
     /// `GOODS_NOT_FOUND`.
     pub async fn raise_room(&self, g: GoodsId, marks: &RoomMarks) -> Result<RoomMarks, StockError> {
         self.upstream.retried(Method::POST, &format!("/internal/stock/rooms/{g}"), Some(marks)).await
+    }
+
+    /// Sale `g`'s waiting room as stock-service keeps it: the marks and the leader's marks of
+    /// when places came up.
+    pub async fn room_record(&self, g: GoodsId) -> Result<RoomRecord, StockError> {
+        self.upstream.retried(Method::GET, &format!("/internal/stock/rooms/{g}"), None::<&()>).await
     }
 }

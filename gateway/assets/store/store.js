@@ -322,7 +322,7 @@
     }
 
     // The waiting room: joins (or rejoins with the kept ticket), then asks where the buyer
-    // stands, more often as the turn nears, until the place comes up (true: admitted).
+    // stands when the answer says to, until the place comes up (true: admitted).
     async function waitInRoom() {
       var ticket = keptTicket();
       tell('Joining the line…');
@@ -345,8 +345,8 @@
           if (q.state === 'closed') { tell('Your turn has passed: the line moved on.'); return false; }
           tell(q.place ? 'You are in line. Keep this page open: your turn starts the buy by itself.'
             : 'You are in the line. Places are drawn at random when the sale opens: joining early or late is the same.');
-          var wait = q.wait_secs === null ? 2 : Math.min(Math.max(q.wait_secs / 4, 0.5), 5);
-          await sleep(wait * 1000 + Math.random() * 200);
+          // The shop says when to ask again (sooner as the turn nears).
+          await sleep((q.poll_after_ms || 2000) + Math.random() * 200);
         }
         r = await call('GET', '/api/seckill/' + id + '/queue', { headers: { 'x-room-ticket': keptTicket() || '' } });
       }

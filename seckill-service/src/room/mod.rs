@@ -25,6 +25,11 @@ use seckill_common::{GoodsId, UserId};
 
 pub use store::RoomStore;
 
+/// The bounds of the next poll a status answer asks for ([`RoomView::poll_after_ms`]).
+pub const POLL_MIN_MS: u64 = 500;
+pub const POLL_MAX_MS: u64 = 30_000;
+pub const POLL_SPREAD_MS: u64 = 4_096;
+
 /// The rooms this replica knows, by sale.
 pub struct Rooms {
     pub key: RoomKey,
@@ -192,6 +197,24 @@ impl RoomView {
         Standing::Waiting { place: Some(p), ahead: Some(ahead), wait_secs }
     }
 
+    /// When the holder of join `code` should ask again: a quarter of the estimated wait,
+    /// between [`POLL_MIN_MS`] and [`POLL_MAX_MS`], so the polls of a whole queue grow with the
+    /// log of its length, not with it. Before the draw, just after the opening, spread by the
+    /// join code over [`POLL_SPREAD_MS`] so a crowd that joined early does not ask at once.
+    pub fn poll_after_ms(&self, standing: &Standing, code: u64, now_ms: i64) -> Option<u64> {
+        let Standing::Waiting { place, wait_secs, .. } = *standing else { return None };
+        let ms = match (place, wait_secs) {
+            (None, _) => {
+                let to_opening = u64::try_from(self.start_ms - now_ms).unwrap_or(0);
+                to_opening.min(POLL_MAX_MS) + POLL_MIN_MS + code % POLL_SPREAD_MS
+            }
+            (Some(_), Some(secs)) => (secs * 1000 / 4).clamp(POLL_MIN_MS, POLL_MAX_MS),
+            // An `auto` room before its first rate: soon.
+            (Some(_), None) => POLL_MIN_MS * 2,
+        };
+        Some(ms)
+    }
+
     pub fn refused_busy(&self) {
         self.busy.fetch_add(1, Ordering::Relaxed);
     }
@@ -213,6 +236,10 @@ impl RoomView {
 
     pub fn rate(&self) -> f64 {
         self.seen().rate
+    }
+
+    pub fn sold_out(&self) -> bool {
+        self.seen().sold_out
     }
 
     pub fn known(&self) -> bool {
@@ -361,6 +388,31 @@ mod tests {
             assert_eq!(standing, b.standing(code, user(), 15_000), "join {code}");
             assert_eq!(standing, c.standing(code, user(), 15_000), "join {code}");
         }
+    }
+
+    #[test]
+    fn the_next_poll_nears_with_the_place_and_the_early_crowd_is_spread_after_the_opening() {
+        let v = view(60);
+        let before = v.standing(5, user(), 1_000);
+        // Nine seconds to the opening: then 0.5 s and a spread by join code.
+        assert_eq!(v.poll_after_ms(&before, 5, 1_000), Some(9_000 + POLL_MIN_MS + 5));
+        assert_eq!(v.poll_after_ms(&before, 5 + POLL_SPREAD_MS, 1_000), Some(9_000 + POLL_MIN_MS + 5));
+        let far = v.poll_after_ms(&before, 0, -1_000_000).unwrap();
+        assert_eq!(far, POLL_MAX_MS + POLL_MIN_MS, "never more than the cap before the opening either");
+        v.observed(&observed(100_000, 0, 0), false, 11_000);
+        let after = |code| {
+            let standing = v.standing(code, user(), 11_000);
+            let Standing::Waiting { wait_secs: Some(secs), .. } = standing else { panic!("waiting") };
+            (secs, v.poll_after_ms(&standing, code, 11_000).unwrap())
+        };
+        // Rate 10 a second: a quarter of the wait, bounded both ways.
+        let samples: Vec<_> = (0..100_000).step_by(997).map(after).collect();
+        for (secs, poll) in samples {
+            assert_eq!(poll, (secs * 250).clamp(POLL_MIN_MS, POLL_MAX_MS), "{secs} s to wait");
+        }
+        v.observed(&observed(100_000, 0, 100_000), false, 12_000);
+        let admitted = v.standing(0, user(), 12_000);
+        assert_eq!(v.poll_after_ms(&admitted, 0, 12_000), None, "nothing left to wait for");
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use redis::Script;
 use seckill_common::api::Goods;
 use seckill_common::keys::RedisKeys;
-use seckill_common::room::RoomMarks;
 use seckill_common::room::scripts::{
     self, AFTER_BASE, JOIN_LEASE_AFTER, JOIN_LEASE_BEFORE, JOIN_NOT_LOADED, JOIN_WORK_NEEDED, JOIN_WORK_USED,
 };
+use seckill_common::room::{CameUp, RoomMarks, RoomRecord};
 use seckill_common::{ErrorCode, GoodsId, UserId};
 use seckill_infra::redis::Redis;
 use seckill_infra::stock_client::StockClient;
@@ -26,6 +26,10 @@ pub const JOIN_BLOCK: u64 = 1_024;
 /// Rounds of "lease, then join again" one join makes before it gives up (503): other joins
 /// may use the numbers leased before this one's turn.
 const JOIN_ROUNDS: usize = 4;
+
+/// The most time one advance credits at the rate: three ticks. A leader taking over after
+/// its predecessor died (a lease, a second, without advances) lets in no burst.
+const MOST_CREDITED_MS: i64 = 300;
 
 /// The room's Redis side and its marks at stock-service.
 pub struct RoomStore {
@@ -162,9 +166,17 @@ impl RoomStore {
         Err(ApiError::new(ErrorCode::Busy, "the waiting room is very busy, join again"))
     }
 
-    /// Puts the room into Redis from stock-service's marks, unless it is there.
+    /// Puts the room into Redis from stock-service's marks, unless it is there: its counts, and
+    /// the leader's marks of the last admission's life (so a replica that starts after the
+    /// loss ends each admission about when the others do, not an admission's life from now).
     pub async fn load(&self, goods: &Goods, now_ms: i64) -> Result<(), ApiError> {
-        let marks = self.stock.raise_room(goods.id, &RoomMarks::default()).await.map_err(stock_down)?;
+        let RoomRecord { marks, came_up } = self.stock.room_record(goods.id).await.map_err(stock_down)?;
+        let life_ms = goods.waiting_room.map_or(0, |r| i64::from(r.admission_secs) * 1000);
+        let newest = came_up.last().map_or(0, |c| c.at_ms);
+        let recent = came_up
+            .iter()
+            .filter(|c| c.admitted <= marks.admitted && c.at_ms >= newest - life_ms - 10_000)
+            .map(|c| format!("{}:{}", c.at_ms, c.admitted));
         let mut conn = self.conn();
         let loaded: i64 = self
             .load
@@ -177,6 +189,7 @@ impl RoomStore {
             .arg(marks.admitted_at_ms)
             .arg(now_ms)
             .arg(goods.start_at.timestamp_millis())
+            .arg(recent.collect::<Vec<_>>())
             .invoke_async(&mut conn)
             .await
             .map_err(GateError::from)?;
@@ -316,6 +329,7 @@ impl RoomStore {
             .arg(now_ms)
             .arg(format!("{rate:.3}"))
             .arg(keep)
+            .arg(MOST_CREDITED_MS)
             .invoke_async(&mut conn)
             .await?;
         Ok(u64::try_from(admitted).ok().map(|admitted| Advanced {
@@ -326,13 +340,22 @@ impl RoomStore {
     }
 
     /// Leases admissions up to `admitted`, reached no sooner than `at_ms`: recorded at
-    /// stock-service, then the cap raised in Redis.
-    pub async fn lease_admissions(&self, g: GoodsId, admitted: u64, at_ms: i64) -> Result<(), ApiError> {
-        let marks = self
-            .stock
-            .raise_room(g, &RoomMarks { admitted, admitted_at_ms: at_ms, ..RoomMarks::default() })
-            .await
-            .map_err(stock_down)?;
+    /// stock-service with the leader's mark of the places come up so far, then the cap raised
+    /// in Redis.
+    pub async fn lease_admissions(
+        &self,
+        g: GoodsId,
+        admitted: u64,
+        at_ms: i64,
+        came_up: CameUp,
+    ) -> Result<(), ApiError> {
+        let ask = RoomMarks {
+            admitted,
+            admitted_at_ms: at_ms,
+            came_up: (came_up.admitted > 0).then_some(came_up),
+            ..RoomMarks::default()
+        };
+        let marks = self.stock.raise_room(g, &ask).await.map_err(stock_down)?;
         self.raise_cap(g, "admitted_cap", marks.admitted).await
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use seckill_common::GoodsId;
-use seckill_common::room::{MAX_RATE, RoomRate};
+use seckill_common::room::{CameUp, MAX_RATE, RoomRate};
 use tokio_util::sync::CancellationToken;
 
 use super::RoomView;
@@ -97,9 +97,6 @@ async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Le
 pub async fn refresh(state: &AppState, sale: &Sale, view: &RoomView, now: i64) -> anyhow::Result<()> {
     let store = &state.rooms.store;
     let g = view.goods;
-    if !view.known() {
-        view.remember(store.marks(g).await?);
-    }
     let observed = match store.observe(g).await? {
         Some(o) => o,
         None => {
@@ -110,6 +107,10 @@ pub async fn refresh(state: &AppState, sale: &Sale, view: &RoomView, now: i64) -
                 .ok_or_else(|| anyhow::anyhow!("the room is not in Redis after loading it"))?
         }
     };
+    // After the load: the marks it put back are among those Redis keeps.
+    if !view.known() {
+        view.remember(store.marks(g).await?);
+    }
     let sold_out = sold_out(state, sale, now).await;
     view.observed(&observed, sold_out, now);
     let refused = view.take_busy();
@@ -147,8 +148,9 @@ async fn lead(
     // Leased half a lease ahead: the cap is never what stops the rate.
     let ahead = (rate * LEASE_MS as f64 / 1000.0).ceil() as u64;
     if advanced.admitted + ahead / 2 >= advanced.cap {
+        let came_up = CameUp { at_ms: now, admitted: advanced.admitted };
         store
-            .lease_admissions(g, advanced.admitted + ahead.max(1), now + LEASE_MS)
+            .lease_admissions(g, advanced.admitted + ahead.max(1), now + LEASE_MS, came_up)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -20,15 +20,31 @@ use crate::{broadcast, restore};
 /// Longest path token accepted; ours are 32 hex characters.
 const MAX_TOKEN_LEN: usize = 64;
 
-fn check_window(sale: &Sale) -> Result<(), ApiError> {
+/// Whether `user` may buy now: the sale open, not flagged sold out, and on a sale with a
+/// waiting room, their admission. Before the opening of a room sale the missing admission is
+/// what a buyer must hear about (403 `NOT_ADMITTED`: join the room), not the hour.
+fn check_open(
+    state: &AppState,
+    sale: &Sale,
+    user: UserId,
+    req: &HttpRequest,
+    now: i64,
+) -> Result<(), ApiError> {
     match sale.window_now() {
-        SaleWindow::Open => Ok(()),
-        SaleWindow::NotStarted => Err(ApiError::new(
-            ErrorCode::NotStarted,
-            format!("the sale starts at {}", sale.goods.start_at.to_rfc3339()),
-        )),
-        SaleWindow::Ended => Err(ApiError::new(ErrorCode::Ended, "the sale has ended")),
+        SaleWindow::Open => {}
+        SaleWindow::NotStarted => {
+            queue::check_admission(state, sale, user, req, now)?;
+            return Err(ApiError::new(
+                ErrorCode::NotStarted,
+                format!("the sale starts at {}", sale.goods.start_at.to_rfc3339()),
+            ));
+        }
+        SaleWindow::Ended => return Err(ApiError::new(ErrorCode::Ended, "the sale has ended")),
     }
+    if sale.flagged_sold_out(now) {
+        return Err(sold_out());
+    }
+    queue::check_admission(state, sale, user, req, now)
 }
 
 /// Raises this replica's flag, and the first time, tells the others (off the request's path).
@@ -63,12 +79,8 @@ pub async fn path_token(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
-    check_window(&sale)?;
     let now = now_ms();
-    if sale.flagged_sold_out(now) {
-        return Err(sold_out());
-    }
-    queue::check_admission(&state, &sale, user.id, &req, now)?;
+    check_open(&state, &sale, user.id, &req, now)?;
     let _slot = enter(&state, &sale, "token")?;
     let token =
         state.gate.path_token(sale.bucket_of(user.id), user.id, state.settings.token_ttl_secs).await?;
@@ -87,12 +99,8 @@ pub async fn order(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let sale = state.sales.get(*path).await?;
-    check_window(&sale)?;
     let now = now_ms();
-    if sale.flagged_sold_out(now) {
-        return Err(sold_out());
-    }
-    queue::check_admission(&state, &sale, user.id, &req, now)?;
+    check_open(&state, &sale, user.id, &req, now)?;
     // Held until the confirm: a reservation awaiting its confirm is work in flight.
     let _slot = enter(&state, &sale, "order")?;
     let token = if state.settings.require_token {

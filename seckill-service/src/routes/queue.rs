@@ -37,7 +37,8 @@ fn room_of(sale: &Sale) -> Result<WaitingRoom, ApiError> {
 }
 
 /// `POST /api/seckill/{goods_id}/queue`: a place, once per user (joining again answers the same
-/// place). The body is optional: `{"ticket": ...}` presents a ticket given before.
+/// place); 410 `SOLD_OUT` once nothing is left. The body is optional: `{"ticket": ...}`
+/// presents a ticket given before.
 #[tracing::instrument(skip_all, fields(goods_id = %path, user_id = %user.id))]
 pub async fn join(
     state: web::Data<AppState>,
@@ -70,9 +71,13 @@ pub async fn join(
     };
     let work = work_brought(&state, &sale, room, user.id, &asked, now)?;
     let _slot = state.in_flight.enter("join")?;
+    let view = view_of(&state, &sale, now).await?;
+    // Nothing left to wait for: the same answer the gateway then gives from its memory.
+    if sale.flagged_sold_out(now) || view.sold_out() {
+        return Err(ApiError::new(ErrorCode::SoldOut, "sold out"));
+    }
     let code = state.rooms.store.join(&sale.goods, user.id, presented, &work, now).await?;
     metrics::counter!("seckill_room_joins_total").increment(1);
-    let view = view_of(&state, &sale, now).await?;
     let ticket =
         PlaceTicket { sale: sale.id(), user: user.id, join: code, issued_ms: now }.seal(&state.rooms.key);
     Ok(answer(&state, &view, ticket, code, user.id, now))
@@ -175,6 +180,7 @@ fn answer(
         admission: None,
         admission_expires_at: None,
         draw: view.draw(),
+        poll_after_ms: view.poll_after_ms(&standing, code, now),
     };
     // Places count from 1 for people.
     let shown = |p: Option<u64>| p.map(|p| p + 1);

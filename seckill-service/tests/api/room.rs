@@ -170,6 +170,9 @@ async fn the_buy_routes_of_a_room_sale_ask_for_the_buyers_own_live_admission() {
     let app = spawn_app();
     let sale = app.room_sale(10, Duration::from_millis(1_500), room(100)).await;
     let other = app.room_sale(10, Duration::from_millis(1_500), room(100)).await;
+    // Before the opening too, what a buyer without an admission hears is to join the room.
+    let (status, body) = token_with(&app, 7, sale.id, None).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("NOT_ADMITTED")), "before the opening: {body}");
     wait_until(sale.start_at).await;
     let (_, joined) = app.join(7, sale.id, Value::Null).await;
     let ticket = joined["ticket"].as_str().unwrap().to_owned();
@@ -247,6 +250,11 @@ async fn sold_out_reaches_every_waiter_within_a_second() {
         let (_, body) = app.standing(200 + i as i64, sale.id, t).await;
         assert_eq!(body["state"], "sold_out", "waiter {i}, {:?} after the last unit: {body}", sold.elapsed());
     }
+    // Joining now, afresh or again with a ticket: sold out, as the gateway answers from memory.
+    for (user, body) in [(300, Value::Null), (201, json!({"ticket": tickets[1]}))] {
+        let (status, body) = app.join(user, sale.id, body).await;
+        assert_eq!((status, body["code"].as_str()), (410, Some("SOLD_OUT")), "user {user}: {body}");
+    }
 }
 
 /// Each ticket holder's place and state, in ticket order (user = index + 1).
@@ -298,6 +306,84 @@ async fn a_redis_loss_changes_no_place_and_admits_nobody_again() {
     assert!(admitted_after <= allowed, "{admitted_after} admitted after the loss; at most {allowed}");
 }
 
+/// `GET /api/seckill/{g}/queue` asked of the replica at `base`.
+async fn standing_at(app: &TestApp, base: &str, u: i64, g: GoodsId, ticket: &str) -> Value {
+    let path = format!("/api/seckill/{g}/queue");
+    let (name, value) = keys::as_user(Peer::Seckill, "GET", &path, u, Role::User);
+    let req = app.http.get(format!("{base}{path}")).header(name, value).header(headers::ROOM_TICKET, ticket);
+    let (status, body) = answer(req.send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn expires_ms(body: &Value) -> Option<i64> {
+    let at = body["admission_expires_at"].as_str()?;
+    Some(chrono::DateTime::parse_from_rfc3339(at).unwrap().timestamp_millis())
+}
+
+/// Redis lost, then a replica that never saw the room starts: the leader's marks kept at
+/// stock-service tell it when each place came up, so it ends every admission when the first
+/// replica does (a little later at most: the marks kept are the leases', not every tick's),
+/// never an admission's life from its own start.
+#[tokio::test]
+async fn a_replica_started_after_a_redis_loss_ends_each_admission_when_the_others_do() {
+    let app = spawn_app();
+    let sale = app.room_sale(10, Duration::from_secs(1), room(20)).await;
+    wait_until(sale.start_at).await;
+    let tickets = join_all(&app, sale.id, 1..121, 16).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut before = Vec::new();
+    for (u, t) in tickets.iter().enumerate() {
+        before.push(expires_ms(&app.standing(u as i64 + 1, sale.id, t).await.1));
+    }
+    let admitted = before.iter().flatten().count();
+    assert!((40..=100).contains(&admitted), "{admitted} admitted in three seconds at 20 a second");
+
+    let mut redis = app.redis().await;
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(app.redis_keys.all_pattern()).query_async(&mut redis).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fresh = app.replica();
+    for (u, (t, was)) in tickets.iter().zip(&before).enumerate() {
+        let Some(was) = *was else { continue };
+        let now = standing_at(&app, &fresh.url(), u as i64 + 1, sale.id, t).await;
+        let is = expires_ms(&now).unwrap_or_else(|| panic!("user {u} admitted before: {now}"));
+        assert!(
+            (was..=was + 1_500).contains(&is),
+            "user {u}'s admission ended at {was} on the first replica, at {is} on the new one"
+        );
+        let first = expires_ms(&app.standing(u as i64 + 1, sale.id, t).await.1);
+        assert_eq!(first, Some(was), "user {u}'s admission on the first replica moved");
+    }
+}
+
+/// A leader taking over after its predecessor died (a lease's time without an advance), or
+/// whose ticks came late, is credited a few ticks at the rate, not the whole gap: no burst.
+#[tokio::test]
+async fn an_advance_after_a_gap_lets_in_no_burst() {
+    let app = spawn_app();
+    let mut redis = app.redis().await;
+    let g = GoodsId::new(424_242).unwrap();
+    let k = &app.redis_keys;
+    let fields = [("drawn", 1_000), ("admitted_milli", 0), ("admitted_cap", 1_000), ("at", 10_000)];
+    let _: () = redis::cmd("HSET").arg(k.room(g)).arg(&fields[..]).query_async(&mut redis).await.unwrap();
+    let advance = |now: i64| {
+        let mut redis = redis.clone();
+        async move {
+            let script = redis::Script::new(seckill_common::room::scripts::ADVANCE);
+            let mut call = script.key(k.room(g));
+            call.key(k.room_marks(g)).key(k.room_busy(g)).arg(now).arg("100").arg(10).arg(300);
+            let [admitted, _, _]: [i64; 3] = call.invoke_async(&mut redis).await.unwrap();
+            admitted
+        }
+    };
+    // Two seconds since the last advance, at 100 a second: 0.3 s of it credited.
+    assert_eq!(advance(12_000).await, 30);
+    // The next tick, on time: its 0.1 s.
+    assert_eq!(advance(12_100).await, 40);
+}
+
 #[tokio::test]
 async fn two_replicas_admit_no_faster_than_the_rate() {
     let app = spawn_app();
@@ -310,17 +396,7 @@ async fn two_replicas_admit_no_faster_than_the_rate() {
     // Asked of the second replica: its view agrees with the first one's.
     let mut admitted = 0;
     for (u, t) in tickets.iter().enumerate() {
-        let path = format!("/api/seckill/{}/queue", sale.id);
-        let (name, value) = keys::as_user(Peer::Seckill, "GET", &path, u as i64 + 1, Role::User);
-        let res = app
-            .http
-            .get(format!("{}{path}", second.url()))
-            .header(name, value)
-            .header(headers::ROOM_TICKET, t)
-            .send()
-            .await
-            .unwrap();
-        let (_, body) = answer(res).await;
+        let body = standing_at(&app, &second.url(), u as i64 + 1, sale.id, t).await;
         admitted += usize::from(body["state"] == "admitted");
     }
     let allowed = (10.0 * started.elapsed().as_secs_f64()).ceil() as usize + 10;

@@ -1,6 +1,6 @@
 //! `POST /internal/stock/rooms/{goods_id}`: the marks of a sale's waiting room, which
-//! seckill-service raises as it hands out join numbers and admits places, and reads back after
-//! a restart or a loss of Redis.
+//! seckill-service raises as it hands out join numbers and admits places; `GET` reads them back
+//! with the leader's marks of when places came up, after a restart or a loss of Redis.
 
 use actix_web::{HttpResponse, web};
 use seckill_common::room::RoomMarks;
@@ -25,12 +25,29 @@ pub async fn raise(
     let g = path.into_inner();
     let to = StoredMarks::try_from(&body.into_inner()).map_err(ApiError::invalid)?;
     let mut conn = conn(&state.pool).await?;
-    let marks = rooms::raise(&mut conn, g, to).await.map_err(|e| match e {
+    let marks = rooms::raise(&mut conn, g, to).await.map_err(|e| refused(g, e))?;
+    Ok(HttpResponse::Ok().json(marks))
+}
+
+/// The room as kept here ([`seckill_common::room::RoomRecord`]).
+#[tracing::instrument(skip_all, fields(goods_id = %path))]
+pub async fn record(
+    _caller: ServiceCaller,
+    state: web::Data<AppState>,
+    path: web::Path<GoodsId>,
+) -> Result<HttpResponse, ApiError> {
+    let g = path.into_inner();
+    let mut conn = conn(&state.pool).await?;
+    let record = rooms::record(&mut conn, g).await.map_err(|e| refused(g, e))?;
+    Ok(HttpResponse::Ok().json(record))
+}
+
+fn refused(g: GoodsId, e: RaiseError) -> ApiError {
+    match e {
         RaiseError::UnknownGoods => goods_not_found(g),
         RaiseError::NoRoom => {
             ApiError::new(ErrorCode::NoWaitingRoom, format!("goods {g} has no waiting room"))
         }
         RaiseError::Query(e) => e.into(),
-    })?;
-    Ok(HttpResponse::Ok().json(marks))
+    }
 }

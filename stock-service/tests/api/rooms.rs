@@ -9,7 +9,7 @@ use diesel_async::SimpleAsyncConnection;
 use reqwest::Method;
 use seckill_common::api::{Goods, NewGoods};
 use seckill_common::config::UpstreamSettings;
-use seckill_common::room::{RoomMarks, RoomRate, WaitingRoom};
+use seckill_common::room::{CameUp, RoomMarks, RoomRate, RoomRecord, WaitingRoom};
 use seckill_common::trust::Peer;
 use seckill_infra::stock_client::{StockClient, StockError};
 use seckill_testkit::keys;
@@ -61,10 +61,16 @@ async fn room_marks_only_rise_and_drawn_is_set_once() {
     let read = RoomMarks::default();
     assert_eq!(raise(&app, &g, read).await, read, "a room nobody joined yet reads as zeros");
 
-    let high =
-        RoomMarks { joins_before: 40, joins_after: 7, drawn: None, admitted: 12, admitted_at_ms: 1_700_000 };
+    let high = RoomMarks {
+        joins_before: 40,
+        joins_after: 7,
+        admitted: 12,
+        admitted_at_ms: 1_700_000,
+        ..RoomMarks::default()
+    };
     assert_eq!(raise(&app, &g, high).await, high);
-    let lower = RoomMarks { joins_before: 5, joins_after: 6, drawn: None, admitted: 1, admitted_at_ms: 9 };
+    let lower =
+        RoomMarks { joins_before: 5, joins_after: 6, admitted: 1, admitted_at_ms: 9, ..RoomMarks::default() };
     assert_eq!(raise(&app, &g, lower).await, high, "a lower value leaves a mark where it is");
     assert_eq!(raise(&app, &g, read).await, high, "zeros read");
 
@@ -99,6 +105,7 @@ async fn concurrent_room_raises_end_at_the_largest_of_each() {
         drawn: Some(500 + i),
         admitted: (i * 37) % 101,
         admitted_at_ms: i64::try_from(i % 13).unwrap() * 1_000,
+        came_up: None,
     };
     let tasks: Vec<_> = (1..=64)
         .map(|i| {
@@ -203,6 +210,45 @@ async fn the_stock_client_raises_room_marks() {
         code(client.raise_room(missing, &marks).await.unwrap_err()),
         (404, "GOODS_NOT_FOUND".to_owned())
     );
+}
+
+/// The leader's marks sent with the leases come back oldest first, the first of each count
+/// standing, those older than the longest admission's life dropped; only seckill-service reads.
+#[tokio::test]
+async fn the_leaders_marks_of_places_come_up_are_kept_for_an_admissions_life() {
+    let app = spawn_app();
+    let (room, plain) = (sale(&app, Some(ROOM)).await, sale(&app, None).await);
+    let upstreams = UpstreamSettings { stock: app.service.url(), ..UpstreamSettings::default() };
+    let client = StockClient::new(&upstreams, keys::trust(Peer::Seckill)).unwrap();
+    assert_eq!(client.room_record(room.id).await.unwrap(), RoomRecord::default(), "nothing raised yet");
+    let lease = |admitted: u64, at_ms: i64| RoomMarks {
+        admitted: admitted + 10,
+        admitted_at_ms: at_ms + 1_000,
+        came_up: Some(CameUp { at_ms, admitted }),
+        ..RoomMarks::default()
+    };
+    let hour = 3_600_000;
+    for (admitted, at_ms) in [(5, 1_000), (9, 2_000), (9, 2_500), (30, hour + 2_000), (40, hour + 11_500)] {
+        let answer = client.raise_room(room.id, &lease(admitted, at_ms)).await.unwrap();
+        assert_eq!(answer.came_up, None, "sent, never answered");
+    }
+    let record = client.room_record(room.id).await.unwrap();
+    assert_eq!((record.marks.admitted, record.marks.admitted_at_ms), (50, hour + 12_500));
+    // 5 by 1,000 is older than an hour and ten seconds before the newest: dropped.
+    let kept = [CameUp { at_ms: 2_000, admitted: 9 }, CameUp { at_ms: hour + 2_000, admitted: 30 }];
+    assert_eq!(record.came_up, [&kept[..], &[CameUp { at_ms: hour + 11_500, admitted: 40 }]].concat());
+    let code = |e: StockError| match e {
+        StockError::Refused { status, body } => (status, body.code),
+        other => panic!("{other}"),
+    };
+    assert_eq!(code(client.room_record(plain.id).await.unwrap_err()), (404, "NO_WAITING_ROOM".to_owned()));
+    let missing = seckill_common::GoodsId::new(987_654).unwrap();
+    assert_eq!(code(client.room_record(missing).await.unwrap_err()), (404, "GOODS_NOT_FOUND".to_owned()));
+    let res = app.signed(Peer::Order, Method::GET, &path(&room)).send().await.unwrap();
+    assert_eq!(res.status(), 403, "order-service holds a key, not for this");
+    let junk = json!({"admitted": 1, "came_up": {"at_ms": 1, "admitted": -1}});
+    let (status, err) = app.post_as(Peer::Seckill, &path(&room), junk).await;
+    assert_eq!((status, err["code"].as_str()), (400, Some("INVALID_INPUT")), "{err}");
 }
 
 /// The table's CHECKs refuse a room stored in part or out of bounds, whatever writes it.

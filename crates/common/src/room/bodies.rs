@@ -129,6 +129,28 @@ pub struct RoomMarks {
     pub admitted: u64,
     /// ...and the admissions reach it no sooner than this instant (Unix ms).
     pub admitted_at_ms: i64,
+    /// Sent, never answered: the leader's mark of how many places had come up by an instant,
+    /// kept for an admission's life (`GET /internal/stock/rooms/{goods_id}` reads them back) so
+    /// a room loaded again after a loss of Redis ends every admission when it would have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub came_up: Option<CameUp>,
+}
+
+/// `admitted` places had come up by `at_ms` (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CameUp {
+    pub at_ms: i64,
+    pub admitted: u64,
+}
+
+/// A room as stock-service keeps it (`GET /internal/stock/rooms/{goods_id}`): its marks, and
+/// the leader's marks of the last admission's life, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoomRecord {
+    pub marks: RoomMarks,
+    pub came_up: Vec<CameUp>,
 }
 
 /// The body of `POST /api/seckill/{goods_id}/queue` (all optional).
@@ -200,6 +222,10 @@ pub struct QueueStatus {
     pub admission: Option<String>,
     pub admission_expires_at: Option<DateTime<Utc>>,
     pub draw: QueueDraw,
+    /// While waiting: ask again in this many milliseconds (sooner as the place nears, spread
+    /// over a few seconds after the opening for who joined before it). Null when there is
+    /// nothing left to wait for.
+    pub poll_after_ms: Option<u64>,
 }
 
 #[cfg(test)]

@@ -24,8 +24,8 @@ mod token;
 mod work;
 
 pub use bodies::{
-    ADMISSION_SECS, AutoRate, MAX_OPENS_BEFORE_SECS, MAX_POW_DIFFICULTY, MAX_RATE, QueueChallenge, QueueDraw,
-    QueueJoin, QueueState, QueueStatus, RoomMarks, RoomRate, WaitingRoom,
+    ADMISSION_SECS, AutoRate, CameUp, MAX_OPENS_BEFORE_SECS, MAX_POW_DIFFICULTY, MAX_RATE, QueueChallenge,
+    QueueDraw, QueueJoin, QueueState, QueueStatus, RoomMarks, RoomRate, RoomRecord, WaitingRoom,
 };
 pub use draw::{Draw, ROUNDS};
 pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};

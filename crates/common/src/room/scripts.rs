@@ -66,10 +66,11 @@ return code
 
 /// Puts a room into Redis from stock-service's marks, unless it is there. Every count starts
 /// at what was leased (an upper bound of what was handed out), so no number is given twice
-/// and no place admitted twice; admissions wait until the lease's instant. The places admitted
-/// get a mark of this instant (the marks before the loss are gone with it).
+/// and no place admitted twice; admissions wait until the lease's instant. The marks come
+/// back from the leader's marks stock-service kept (`<instant>:<admitted>`, oldest first), and
+/// the places admitted past them get a mark of this instant.
 /// KEYS: room, marks. ARGV: joins_before, joins_after, drawn or '', admitted, admitted_at_ms,
-/// now, start (ms). Returns 1 if loaded by this call.
+/// now, start (ms), then the kept marks. Returns 1 if loaded by this call.
 pub const LOAD: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'before', ARGV[1], 'before_cap', ARGV[1], 'after', ARGV[2],
@@ -77,6 +78,7 @@ redis.call('HSET', KEYS[1], 'before', ARGV[1], 'before_cap', ARGV[1], 'after', A
   'admitted_cap', ARGV[4], 'paused_until', ARGV[5], 'at', ARGV[6])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'drawn', ARGV[3]) end
 if ARGV[3] ~= '' or tonumber(ARGV[6]) >= tonumber(ARGV[7]) then redis.call('HSET', KEYS[1], 'closed', '1') end
+for i = 8, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 if tonumber(ARGV[4]) > 0 then redis.call('RPUSH', KEYS[2], ARGV[6] .. ':' .. ARGV[4]) end
 return 1
 ";
@@ -118,9 +120,11 @@ return 1
 
 /// Moves the admissions on at `rate` a second since the last advance: never past the places
 /// that exist (no credit saved up while the queue is empty), never past the leased cap, never
-/// before `paused_until`. Records a mark (instant, places admitted) when a place came up, the
+/// before `paused_until`, and crediting at most `most_ms` since the last advance (a leader
+/// that takes over from a dead one, or one whose ticks were late, does not let in at once what
+/// the gap would have). Records a mark (instant, places admitted) when a place came up, the
 /// last `keep` marks kept. Reads and clears the busy count.
-/// KEYS: room, marks, busy. ARGV: now (ms), rate (places a second), keep.
+/// KEYS: room, marks, busy. ARGV: now (ms), rate (places a second), keep, most_ms.
 /// Returns {admitted, admitted_cap, busy}, or {-1, 0, 0} before the draw or if not loaded.
 pub const ADVANCE: &str = r"
 local h = redis.call('HMGET', KEYS[1], 'drawn', 'after', 'admitted_milli', 'admitted_cap', 'paused_until', 'at')
@@ -129,7 +133,7 @@ local now = tonumber(ARGV[1])
 local total = tonumber(h[1]) + tonumber(h[2] or '0')
 local w = tonumber(h[3] or '0')
 local cap = tonumber(h[4] or '0')
-local from = math.max(tonumber(h[6] or ARGV[1]), tonumber(h[5] or '0'))
+local from = math.max(tonumber(h[6] or ARGV[1]), tonumber(h[5] or '0'), now - tonumber(ARGV[4]))
 local moved = w
 if now > from then moved = w + tonumber(ARGV[2]) * (now - from) end
 moved = math.max(w, math.min(moved, total * 1000, cap * 1000))
