@@ -183,8 +183,8 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
         out,
         "A case with a **waiting room** (`room-*`) creates its sale with one (a fixed rate, no proof of work). \
          Its users (not three per unit) join (`POST /api/seckill/{{id}}/queue`), half before the opening, half \
-         after, and poll `GET /api/seckill/{{id}}/queue` with their ticket as a page would (after half their \
-         estimated wait, 1 to 10 s; while admitted, and once after; twice more once `closed`), over 128 shared \
+         after, and poll `GET /api/seckill/{{id}}/queue` with their ticket as a page would (when \
+         `poll_after_ms` says; while admitted, and once after; twice more once `closed`), over 128 shared \
          connections, a failed request made again a second later. One in every (2 x users / units) buys once \
          admitted, as the buyers above with `x-room-admission`, so the room runs to its end. The checks above \
          hold for those buyers; and from the queue's answers alone:\n\n\

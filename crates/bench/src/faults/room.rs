@@ -39,7 +39,7 @@ const LANES: usize = 128;
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// A failed request is made again this much later.
 const RETRY: Duration = Duration::from_secs(1);
-/// A waiting user polls again after half its estimated wait, within these bounds.
+/// A waiting user polls again when `poll_after_ms` says; an admitted one at least this often.
 const POLL_MIN: Duration = Duration::from_secs(1);
 const POLL_MAX: Duration = Duration::from_secs(10);
 /// Polls after `closed` (its admission over), this far apart: it must stay closed.
@@ -55,8 +55,7 @@ pub struct Plan {
     /// Places admitted a second.
     pub rate: u32,
     pub admission_secs: u32,
-    /// Half the users join evenly over `before` up to the opening, half over `after` from it,
-    /// while the first half's first polls after the draw are spread over it too.
+    /// Half the users join evenly over `before` up to the opening, half over `after` from it.
     pub before: Duration,
     pub after: Duration,
 }
@@ -112,7 +111,6 @@ type Next = Option<(Duration, Option<HeaderValue>)>;
 /// What every lane shares.
 struct Room {
     load: Arc<Load>,
-    plan: Plan,
     path: String,
     settled: AtomicUsize,
 }
@@ -123,7 +121,6 @@ pub async fn run(load: Arc<Load>, plan: Plan, users: &[i64], buy_every: usize) -
     let room = Arc::new(Room {
         path: format!("/api/seckill/{}/queue", load.goods_id),
         load: load.clone(),
-        plan,
         settled: AtomicUsize::new(0),
     });
     let half = (users.len() / 2).max(1);
@@ -224,14 +221,7 @@ impl User {
             self.settle(room);
         }
         let next = match s.state {
-            QueueState::Waiting => match s.wait_secs {
-                // Before the draw: a poll soon after the opening.
-                None => match room.load.t0.saturating_duration_since(Instant::now()) {
-                    d if d.is_zero() => POLL_MIN,
-                    d => d + room.plan.after.mul_f64((self.log.user % 97) as f64 / 97.0),
-                },
-                Some(w) => (Duration::from_secs(w) / 2).clamp(POLL_MIN, POLL_MAX),
-            },
+            QueueState::Waiting => s.poll_after_ms.map_or(POLL_MIN, Duration::from_millis),
             // Again while admitted, and once its life is over.
             QueueState::Admitted => {
                 let left = expires_ms.map_or(0, |e| e - chrono::Utc::now().timestamp_millis()) + 500;
@@ -250,7 +240,10 @@ impl User {
     /// A refused or failed request: tried again after [`RETRY`] when a client would.
     fn failed(&mut self, room: &Room, tally: &mut Tally, call: &str, a: &Answer) -> Next {
         if !tally.retryable(a) {
-            tally.bad(room.load.secs(), self.log.user, call, a);
+            // A join after the sell-out (410 SOLD_OUT) has nothing to wait for: not amiss.
+            if a.status != 410 {
+                tally.bad(room.load.secs(), self.log.user, call, a);
+            }
             if a.status < 500 {
                 self.settle(room);
                 return None;
