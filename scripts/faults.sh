@@ -5,7 +5,7 @@
 # mid-sale, the service or server brought back, then every accepted buyer's result awaited and
 # checked against the gateway's answers and the databases (`seckill-bench faults`).
 #
-#   scripts/faults.sh                every case (about 8 minutes after the build; the room-*
+#   scripts/faults.sh                every case (about 11 minutes after the build; the room-*
 #                                    cases fault a sale's waiting room of 10,000); writes
 #                                    docs/RELIABILITY.md
 #   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; kill -9 of
