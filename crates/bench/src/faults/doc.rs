@@ -191,8 +191,8 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          - **{PLACE_KEPT}**, from the draw on;\n\
          - **{ADMITTED_ONCE}**: `admission_expires_at` never later than the first shown, nobody `closed` admitted \
          again;\n\
-         - **{RATE_HELD}**: when each admission began (its end less `admission_secs`), over any window at most \
-         the rate x its length + a second's worth (what the leader's lease of admissions lets out at once after \
+         - **{RATE_HELD}**: when each admission began (its end less `admission_secs`): in any window (a, b] at \
+         most the rate x (b - a) + a second's worth (what the leader's lease of admissions lets out at once after \
          a loss);\n\
          - **{ROOM_MOVES}**: every place came up, some after the return, no pause over {MAX_GAP_S} s from the \
          fault on;\n\

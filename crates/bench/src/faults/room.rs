@@ -334,29 +334,34 @@ pub fn judge(
         ),
     ));
 
-    // The rate: over any window, at most rate x its length + a second's worth.
+    // The rate: in any window (a, b], at most rate x (b - a) + a second's worth. Places that
+    // came up at one instant were owed since the one before, hence windows open on the left.
     began.sort_by(f64::total_cmp);
     let rate = f64::from(plan.rate);
-    let (mut worst, mut span) = (0.0, (0.0, 0.0, 0));
-    // The window [i, j] holds j - i + 1 places: its excess over rate x (t_j - t_i) is
-    // (j + 1 - rate t_j) + (rate t_i - i), the second term's best i <= j kept as we go.
-    let mut best: Option<(f64, usize)> = None;
-    for (j, &t) in began.iter().enumerate() {
-        if best.is_none_or(|(b, _)| rate * t - j as f64 > b) {
-            best = Some((rate * t - j as f64, j));
+    // How many had come up by each instant, from the opening.
+    let mut by: Vec<(f64, f64)> = vec![(began.first().map_or(0.0, |t| t.min(0.0)), 0.0)];
+    for (k, &t) in began.iter().enumerate() {
+        match by.last_mut() {
+            Some(last) if last.0 == t => last.1 = (k + 1) as f64,
+            _ => by.push((t, (k + 1) as f64)),
         }
-        if let Some((b, i)) = best {
-            let excess = (j + 1) as f64 - rate * t + b;
-            if excess > worst {
-                (worst, span) = (excess, (began[i], t, j + 1 - i));
-            }
+    }
+    // The excess of (a, b] is (n_b - rate t_b) + (rate t_a - n_a): the best a before b kept.
+    let (mut worst, mut span, mut best) = (0.0, (0.0, 0.0, 0.0), (f64::MIN, 0));
+    for (k, &(t, n)) in by.iter().enumerate() {
+        let (a, n_a) = by[best.1];
+        if k > 0 && n - rate * t + best.0 > worst {
+            (worst, span) = (n - rate * t + best.0, (a, t, n - n_a));
+        }
+        if rate * t - n > best.0 {
+            best = (rate * t - n, k);
         }
     }
     checks.push(check(
         RATE_HELD,
         worst <= rate + 1.0,
         format!(
-            "{} admissions seen, {} a second; the window most over the rate: {} places from {:.2} s to {:.2} s, \
+            "{} admissions seen, {} a second; the window most over the rate: {} places after {:.2} s up to {:.2} s, \
              {worst:.0} over rate x its length (at most {} allowed: a second's worth)",
             began.len(),
             plan.rate,
@@ -437,12 +442,13 @@ mod tests {
         users[1].seen[2].place = Some(7);
         users[2].seen.push(seen(20.0, QueueState::Admitted, 2, Some(19.0)));
         assert_eq!(failed(&users, Some(3.0)), [PLACE_KEPT, ADMITTED_ONCE]);
-        // 30 admitted at once at 20 s: 20 over the rate with nothing before them to average.
+        // 30 admitted at 7 s, 0.1 s after the last: 29 over the rate (a long pause would
+        // have made them owed).
         let mut users: Vec<UserLog> = (0..100).map(user).collect();
         for (k, u) in users.iter_mut().enumerate().skip(70) {
-            u.seen[1] = seen(20.5, QueueState::Admitted, k as u64, Some(20.0));
+            u.seen[1] = seen(7.5, QueueState::Admitted, k as u64, Some(7.0));
         }
-        assert_eq!(failed(&users, Some(3.0)), [RATE_HELD, ROOM_MOVES]);
+        assert_eq!(failed(&users, Some(3.0)), [RATE_HELD]);
         // Admitted by 10 s, nobody after the fault at 12 s, one left waiting.
         let mut users: Vec<UserLog> = (0..100).map(user).collect();
         users[99].seen.truncate(1);
