@@ -96,6 +96,7 @@ pub struct Outcome {
     pub tally: Tally,
 }
 
+#[derive(Default)]
 struct User {
     log: UserLog,
     buys: bool,
@@ -132,14 +133,7 @@ pub async fn run(load: Arc<Load>, plan: Plan, users: &[i64], buy_every: usize) -
             load.t0 + plan.after.mul_f64((i - half) as f64 / (users.len() - half).max(1) as f64)
         };
         let log = UserLog { user, seen: Vec::new() };
-        let u = User {
-            log,
-            buys: i % buy_every.max(1) == 0,
-            bearer: None,
-            ticket: None,
-            closed_polls: 0,
-            settled: false,
-        };
+        let u = User { log, buys: i % buy_every.max(1) == 0, ..User::default() };
         lanes[i % LANES].push((arrive, u));
     }
     let (stop, stopped) = watch::channel(false);
