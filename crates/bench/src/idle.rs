@@ -112,7 +112,7 @@ async fn measure(
     let mut conn = Conn::new(gateway, Duration::from_secs(30));
     let admin = dev_token(&mut conn, 1, "admin").await?;
     for k in 0..args.live {
-        create_sale(&mut conn, &admin, &format!("idle live {k}"), 100, 1, chrono::Duration::minutes(1))
+        create_sale(&mut conn, &admin, &format!("idle live {k}"), 100, 1, chrono::Duration::minutes(1), None)
             .await?;
     }
     // Its warm-up meets the whole history.

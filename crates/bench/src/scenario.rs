@@ -15,6 +15,7 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::room::WaitingRoom;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
@@ -442,9 +443,16 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
         None => {
             let admin_token = dev_token(&mut admin, 1, "admin").await?;
             let label = format!("bench {}", cfg.name);
-            let goods =
-                create_sale(&mut admin, &admin_token, &label, cfg.stock, 1, chrono::Duration::seconds(5))
-                    .await?;
+            let goods = create_sale(
+                &mut admin,
+                &admin_token,
+                &label,
+                cfg.stock,
+                1,
+                chrono::Duration::seconds(5),
+                None,
+            )
+            .await?;
             goods.id.get()
         }
     };
@@ -1449,6 +1457,7 @@ pub(crate) async fn create_sale(
     units: i64,
     buckets: u8,
     opened_ago: chrono::Duration,
+    waiting_room: Option<WaitingRoom>,
 ) -> anyhow::Result<Goods> {
     let now = Utc::now();
     let body = NewGoods {
@@ -1459,7 +1468,7 @@ pub(crate) async fn create_sale(
         start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
         buckets,
-        waiting_room: None,
+        waiting_room,
     };
     let bearer = bearer_header(admin)?;
     let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;
