@@ -5,14 +5,15 @@
 # mid-sale, the service or server brought back, then every accepted buyer's result awaited and
 # checked against the gateway's answers and the databases (`seckill-bench faults`).
 #
-#   scripts/faults.sh                every case (about 5 minutes after the build); writes
+#   scripts/faults.sh                every case (about 11 minutes after the build; the room-*
+#                                    cases fault a sale's waiting room of 10,000); writes
 #                                    docs/RELIABILITY.md
 #   scripts/faults.sh --quick        the CI subset (kill -9 of order-service; kill -9 of
 #                                    seckill-service on a sale split over 8 stock buckets;
 #                                    kill -9 of order-service started again while RabbitMQ is
-#                                    down; Redis FLUSHALL + CLIENT KILL with requests queued; two
-#                                    replicas of every service with one of seckill- and
-#                                    order-service killed),
+#                                    down; Redis FLUSHALL + CLIENT KILL with requests queued, and
+#                                    with 2,000 in a waiting room; two replicas of every service
+#                                    with one of seckill- and order-service killed),
 #                                    small sales; writes nothing
 #   scripts/faults.sh CASE...        the named cases (`seckill-bench faults --list` names them)
 #   scripts/faults.sh server KIND ACTION

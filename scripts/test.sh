@@ -19,8 +19,8 @@
 #      service's own settings loader and validation.
 #   4. the deployment checks (scripts/check-deploy.sh), then the fast cases of the fault suite
 #      (scripts/faults.sh --quick on the debug binaries: private servers, kill -9 of
-#      order-service, a Redis FLUSHALL with requests queued, replicas killed); the fault cases
-#      only on a whole run, not when arguments select tests.
+#      order-service, a Redis FLUSHALL with requests queued and with a waiting room, replicas
+#      killed); the fault cases only on a whole run, not when arguments select tests.
 # Extra arguments go to the test runner unchanged, e.g.
 #   scripts/test.sh -p stock-service            (either runner)
 #   scripts/test.sh -E 'test(oversell)'         (nextest filter)

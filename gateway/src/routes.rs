@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
+use actix_web::http::header::HeaderValue;
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
 use seckill_common::api::{DevTokenRequest, TokenResponse};
@@ -175,10 +176,12 @@ pub fn configure(cfg: &mut web::ServiceConfig, gateway: web::Data<Gateway>, dev_
 /// The resource of one path and its routes (one per method), whose other methods get a JSON
 /// 405 naming the path's methods in `Allow` instead of actix's empty 405.
 fn resource(routes: &[&'static PublicRoute]) -> Resource {
-    let allow: &'static str =
-        Box::leak(routes.iter().map(|r| r.method.as_str()).collect::<Vec<_>>().join(", ").into_boxed_str());
-    let mut resource = web::resource(routes[0].path)
-        .default_service(web::to(move || async move { method_not_allowed(allow) }));
+    let methods = routes.iter().map(|r| r.method.as_str()).collect::<Vec<_>>().join(", ");
+    let allow = HeaderValue::from_str(&methods).expect("method names are header-safe");
+    let mut resource = web::resource(routes[0].path).default_service(web::to(move || {
+        let allow = allow.clone();
+        async move { method_not_allowed(allow) }
+    }));
     for route in routes {
         resource = resource.route(route.route());
     }

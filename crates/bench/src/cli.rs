@@ -567,7 +567,7 @@ pub struct MarkdownArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct FaultsArgs {
-    /// Cases to run (default: all of them; with --quick: kill9-order and redis-flush-kill).
+    /// Cases to run (default: all of them; with --quick: the CI subset, `--list --quick`).
     pub cases: Vec<String>,
     /// Small sales and short outages; without case names, the CI subset.
     #[arg(long)]

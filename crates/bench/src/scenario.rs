@@ -1451,8 +1451,8 @@ pub async fn dev_token(conn: &mut Conn, user: i64, role: &str) -> anyhow::Result
 }
 
 /// Creates a sale of `units` over `buckets` stock buckets, named "<label> <time>", that opened
-/// `opened_ago` before now (negative: opens later), behind `room` if any (`POST
-/// /api/admin/goods` as `admin`); the fault suite creates its sales the same way.
+/// `opened_ago` before now (`POST /api/admin/goods` as `admin`); the fault suite creates its
+/// sales the same way.
 pub(crate) async fn create_sale(
     conn: &mut Conn,
     admin: &str,
@@ -1460,7 +1460,7 @@ pub(crate) async fn create_sale(
     units: i64,
     buckets: u8,
     opened_ago: chrono::Duration,
-    room: Option<WaitingRoom>,
+    waiting_room: Option<WaitingRoom>,
 ) -> anyhow::Result<Goods> {
     let now = Utc::now();
     let body = NewGoods {
@@ -1471,7 +1471,7 @@ pub(crate) async fn create_sale(
         start_at: now - opened_ago,
         end_at: now + chrono::Duration::hours(2),
         buckets,
-        waiting_room: room,
+        waiting_room,
     };
     let bearer = bearer_header(admin)?;
     let a = conn.send(Req::post("/api/admin/goods").bearer(&bearer).json(&body)).await;

@@ -78,10 +78,10 @@ impl ResponseError for ApiError {
 
 /// 405 `METHOD_NOT_ALLOWED` for a method a route does not take, with the `Allow` header
 /// (`allow`: the methods it takes) that RFC 9110 requires of a 405.
-pub fn method_not_allowed(allow: &'static str) -> HttpResponse {
+pub fn method_not_allowed(allow: HeaderValue) -> HttpResponse {
     let mut response =
         ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route").error_response();
-    response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+    response.headers_mut().insert(ALLOW, allow);
     response
 }
 

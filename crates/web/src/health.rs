@@ -46,11 +46,9 @@ fn report(checks: &[Check], ready: bool) -> HttpResponse {
 
 /// `GET /healthz`; any other method is a 405, as on every other route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/healthz")
-            .get(healthz)
-            .default_service(web::to(|| async { crate::method_not_allowed("GET") })),
-    );
+    cfg.service(web::resource("/healthz").get(healthz).default_service(web::to(|| async {
+        crate::method_not_allowed(actix_web::http::header::HeaderValue::from_static("GET"))
+    })));
 }
 
 #[cfg(test)]

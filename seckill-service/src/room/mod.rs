@@ -234,6 +234,8 @@ impl RoomView {
         self.seen().admitted
     }
 
+    /// The rate the room runs at, as Redis last said (0 before the first advance): an `auto`
+    /// room's new leader goes on from it.
     pub fn rate(&self) -> f64 {
         self.seen().rate
     }
@@ -277,12 +279,6 @@ impl RoomView {
             seen.marks = marks.into();
             seen.admitted = seen.admitted.max(seen.marks.back().map_or(0, |m| m.1));
         }
-    }
-
-    /// The rate the `auto` room has settled on, as Redis last said (a new leader goes on from it).
-    pub fn last_rate(&self) -> Option<f64> {
-        let seen = self.seen();
-        (seen.rate > 0.0).then_some(seen.rate)
     }
 }
 

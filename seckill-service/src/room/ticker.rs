@@ -164,7 +164,9 @@ fn rate(view: &RoomView, leading: &mut Leading, now: i64) -> f64 {
         RoomRate::Auto(_) => leading
             .auto
             .entry(view.goods)
-            .or_insert_with(|| AutoRate::new(view.last_rate().unwrap_or(AUTO_START), now))
+            .or_insert_with(|| {
+                AutoRate::new(Some(view.rate()).filter(|r| *r > 0.0).unwrap_or(AUTO_START), now)
+            })
             .at(now, view.waiting() > 0),
     }
 }

@@ -5,7 +5,7 @@
 //! its answer was lost; after a 202 (or that 409) the result polled until `success` or
 //! `failed`, and after `failed` (the unit given back) another try, twice at most. Every answer
 //! that no client should see (a 5xx other than 503 and 504, an unexpected status) is recorded
-//! with when, who and what.
+//! with when, who and what. On a sale with a waiting room a buyer brings its admission.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,7 +96,7 @@ pub struct Tally {
 
 impl Tally {
     /// Counts a status a client retries; false for any other.
-    fn retryable(&mut self, a: &Answer) -> bool {
+    pub(super) fn retryable(&mut self, a: &Answer) -> bool {
         match a.status {
             STATUS_ERROR => self.conn_errors += 1,
             STATUS_TIMEOUT => self.timeouts += 1,
@@ -252,7 +252,7 @@ pub async fn arrive(load: Arc<Load>, users: Vec<i64>, over: Duration, late: bool
     for (i, user) in users.into_iter().enumerate() {
         tokio::time::sleep_until(start + over.mul_f64(i as f64 / n)).await;
         let endpoint = load.endpoint(i).clone();
-        set.spawn(buyer(load.clone(), endpoint, user, late));
+        set.spawn(buyer(load.clone(), endpoint, user, late, None));
     }
     let mut logs = Vec::new();
     while let Some(done) = set.join_next().await {
@@ -264,8 +264,15 @@ pub async fn arrive(load: Arc<Load>, users: Vec<i64>, over: Duration, late: bool
     logs
 }
 
-/// One buyer on one gateway, from its dev token to a final answer (or its retry budget spent).
-pub async fn buyer(load: Arc<Load>, endpoint: Arc<Endpoint>, user_id: i64, late: bool) -> BuyerLog {
+/// One buyer on one gateway, from its dev token to a final answer (or its retry budget spent);
+/// `admission` (`x-room-admission`) sent with its buy requests.
+pub async fn buyer(
+    load: Arc<Load>,
+    endpoint: Arc<Endpoint>,
+    user_id: i64,
+    late: bool,
+    admission: Option<HeaderValue>,
+) -> BuyerLog {
     let mut log = BuyerLog::new(user_id, late);
     let mut conn = Conn::new(endpoint, load.request_timeout);
     let give_up = Instant::now() + load.retry_budget;
@@ -306,7 +313,8 @@ pub async fn buyer(load: Arc<Load>, endpoint: Arc<Endpoint>, user_id: i64, late:
         }
         let Some(path_token) = token.clone() else {
             let sent = load.secs();
-            let a = conn.send(Req::post(&load.token_path).bearer(&bearer)).await;
+            let a =
+                conn.send(admitted(Req::post(&load.token_path).bearer(&bearer), admission.as_ref())).await;
             if a.status == 200 {
                 match serde_json::from_slice::<TokenResponse>(&a.body)
                     .ok()
@@ -341,7 +349,10 @@ pub async fn buyer(load: Arc<Load>, endpoint: Arc<Endpoint>, user_id: i64, late:
         let sent = load.secs();
         log.order_calls += 1;
         let a = conn
-            .send(Req::post(&load.orders_path).bearer(&bearer).header(token_header.clone(), path_token))
+            .send(admitted(
+                Req::post(&load.orders_path).bearer(&bearer).header(token_header.clone(), path_token),
+                admission.as_ref(),
+            ))
             .await;
         let answered = load.secs();
         let request_id = if a.status == 202 {
@@ -387,6 +398,14 @@ pub async fn buyer(load: Arc<Load>, endpoint: Arc<Endpoint>, user_id: i64, late:
         break;
     }
     log
+}
+
+/// `req` with the buyer's admission to a sale's waiting room, if it has one.
+fn admitted<'a>(req: Req<'a>, admission: Option<&HeaderValue>) -> Req<'a> {
+    match admission {
+        Some(a) => req.more_header(HeaderName::from_static(headers::ROOM_ADMISSION), a.clone()),
+        None => req,
+    }
 }
 
 /// Polls an accepted request's result until it is final, `none` for `none_grace`, or

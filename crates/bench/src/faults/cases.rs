@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 
+use super::room::Plan;
+
 /// One of the four services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Svc {
@@ -182,6 +184,18 @@ pub enum Extra {
     ConsumersShare,
     /// One user clicking on every gateway in turn gets through no more than one limit allows.
     OneLimit,
+    /// The sale has a waiting room: its users join and poll, those who buy are admitted first
+    /// (`room`).
+    Room(Plan),
+}
+
+impl Extra {
+    pub fn room(&self) -> Option<Plan> {
+        match self {
+            Self::Room(p) => Some(*p),
+            _ => None,
+        }
+    }
 }
 
 /// One fault case.
@@ -211,6 +225,9 @@ pub struct Timing {
     pub arrive_over: Duration,
     /// The long order-service outage.
     pub long_outage: Duration,
+    /// The waiting-room cases' room, and when their fault comes after the opening.
+    pub room: Plan,
+    pub room_fault_at: Duration,
 }
 
 impl Timing {
@@ -221,6 +238,14 @@ impl Timing {
                 down: Duration::from_secs(2),
                 arrive_over: Duration::from_secs(6),
                 long_outage: Duration::from_secs(15),
+                room: Plan {
+                    users: 2_000,
+                    rate: 200,
+                    admission_secs: 10,
+                    before: Duration::from_secs(3),
+                    after: Duration::from_secs(3),
+                },
+                room_fault_at: Duration::from_secs(4),
             }
         } else {
             Self {
@@ -228,14 +253,29 @@ impl Timing {
                 down: Duration::from_secs(2),
                 arrive_over: Duration::from_secs(10),
                 long_outage: Duration::from_secs(60),
+                // Users admitted in the first 5 s are closed before the fault and poll after it.
+                room: Plan {
+                    users: 10_000,
+                    rate: 200,
+                    admission_secs: 20,
+                    before: Duration::from_secs(8),
+                    after: Duration::from_secs(10),
+                },
+                room_fault_at: Duration::from_secs(25),
             }
         }
     }
 }
 
 /// The CI subset run by `--quick`.
-pub const QUICK: [&str; 5] =
-    ["kill9-order", "kill9-seckill-buckets", "kill9-order-rabbitmq-down", "redis-flush-kill", "replicas"];
+pub const QUICK: [&str; 6] = [
+    "kill9-order",
+    "kill9-seckill-buckets",
+    "kill9-order-rabbitmq-down",
+    "redis-flush-kill",
+    "room-redis-flush",
+    "replicas",
+];
 
 /// Most replicas of a service any case runs (the ports the suite may take).
 pub const MAX_REPLICAS: usize = 2;
@@ -415,6 +455,44 @@ pub fn all(t: Timing) -> Vec<Case> {
         replicas: 1,
         extra: Vec::new(),
     });
+    // A waiting room of thousands when the fault hits (never a Redis loss with a restart of
+    // seckill-service: each keeps what the other loses of when admissions began).
+    let p = t.room;
+    let room = |fault: String, steps: Vec<Step>| Case {
+        fault: format!(
+            "{fault}, {:.0} s after the opening, {} users in a waiting room of {}/s ({} s admissions), joined \
+             over the {:.0} s before the opening and the {:.0} s after",
+            secs(t.room_fault_at),
+            p.users,
+            p.rate,
+            p.admission_secs,
+            secs(p.before),
+            secs(p.after)
+        ),
+        name: String::new(),
+        steps,
+        arrive_over: p.before + p.after,
+        buckets: 1,
+        replicas: 1,
+        extra: vec![Extra::Room(p)],
+    };
+    for svc in [Svc::Seckill, Svc::Gateway] {
+        let unit = Unit::first(svc);
+        cases.push(Case {
+            name: format!("room-kill9-{}", svc.short()),
+            ..room(
+                format!("kill -9 of {}, started again {:.0} s later", svc.name(), secs(t.down)),
+                vec![Wait(t.room_fault_at), Fault, Kill9(vec![unit]), Wait(t.down), Start(unit), Back],
+            )
+        });
+    }
+    cases.push(Case {
+        name: "room-redis-flush".into(),
+        ..room(
+            "Redis FLUSHALL + CLIENT KILL TYPE normal".into(),
+            vec![Wait(t.room_fault_at), Fault, Ctl(Server::Redis, "flush-kill"), Back],
+        )
+    });
     // Last: the fleet grows to two replicas once, at the end of a run.
     let (seckill1, order1) = (Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1));
     cases.push(Case {
@@ -469,7 +547,7 @@ mod tests {
     #[test]
     fn every_case_marks_its_fault_and_its_return() {
         let cases = all(Timing::new(false));
-        assert_eq!(cases.len(), 24);
+        assert_eq!(cases.len(), 27);
         for c in &cases {
             assert!((1..=MAX_REPLICAS).contains(&c.replicas), "{}", c.name);
             // A step may only act on a replica the case runs.
@@ -505,7 +583,7 @@ mod tests {
             ["kill9-gateway", "order-down-15s"]
         );
         assert!(select(t, false, &["nope".into()]).is_err());
-        assert_eq!(select(t, false, &[]).unwrap().len(), 24);
+        assert_eq!(select(t, false, &[]).unwrap().len(), 27);
     }
 
     #[test]
@@ -537,13 +615,10 @@ mod tests {
         let kill = Step::Kill9(vec![Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1)]);
         assert!(c.steps.contains(&kill), "{:?}", c.steps);
         assert_eq!(c.extra.len(), 3);
-        // Every other case runs one replica and adds nothing.
-        assert!(
-            all(Timing::new(false))
-                .iter()
-                .filter(|c| c.name != "replicas")
-                .all(|c| c.replicas == 1 && c.extra.is_empty())
-        );
+        // Every other case runs one replica and adds nothing but its waiting room.
+        assert!(all(Timing::new(false)).iter().filter(|c| c.name != "replicas").all(|c| c.replicas == 1
+            && c.extra.iter().all(|e| e.room().is_some())
+            && c.extra.is_empty() != c.name.starts_with("room-")));
     }
 
     #[test]

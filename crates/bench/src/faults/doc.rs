@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
 use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
+use super::room::{ADMITTED_ONCE, MAX_GAP_S, PLACE_KEPT, RATE_HELD, ROOM_ANSWERS, ROOM_MOVES};
 use super::verdict::{BACK_AFTER_SERVER, BACK_AFTER_SERVER_S};
 use super::{CaseResult, Config};
 use crate::markdown::n0;
@@ -117,7 +118,7 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
         cfg.http_port + 4
     );
     out.push_str(
-        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
+        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued and with 2,000 in a waiting room, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
     );
     let units = cfg.units();
     let _ = writeln!(
@@ -177,6 +178,25 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          gateways' buckets shared in Redis).\n",
         CONSUMED.map(|m| format!("`{m}`")).join(", "),
         HOT_FOR.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "A case with a **waiting room** (`room-*`) creates its sale with one (a fixed rate, no proof of work). \
+         Its users (not three per unit) join (`POST /api/seckill/{{id}}/queue`), half before the opening, half \
+         after, and poll `GET /api/seckill/{{id}}/queue` with their ticket as a page would (when \
+         `poll_after_ms` says; while admitted, and once after; twice more once `closed`), over 128 shared \
+         connections, a failed request made again a second later. One in every (2 x users / units) buys once \
+         admitted, as the buyers above with `x-room-admission`, so the room runs to its end. The checks above \
+         hold for those buyers; and from the queue's answers alone:\n\n\
+         - **{PLACE_KEPT}**, from the draw on;\n\
+         - **{ADMITTED_ONCE}**: `admission_expires_at` never later than the first shown, nobody `closed` admitted \
+         again;\n\
+         - **{RATE_HELD}**: when each admission began (its end less `admission_secs`): in any window (a, b] at \
+         most the rate x (b - a) + a second's worth (what the leader's lease of admissions lets out at once after \
+         a loss);\n\
+         - **{ROOM_MOVES}**: every place came up, some after the return, no pause over {MAX_GAP_S} s from the \
+         fault on;\n\
+         - **{ROOM_ANSWERS}** reached the users.\n"
     );
     out.push_str(
         "\

@@ -203,6 +203,9 @@ impl Fleet {
                 // the anonymous routes would refuse most of them.
                 set("SECKILL__RATE_LIMIT__ANONYMOUS__PER_SEC", "1000000".into());
                 set("SECKILL__RATE_LIMIT__ANONYMOUS__BURST", "1000000".into());
+                // And joins a waiting room for each of them (`rate_limit.join`, per address).
+                set("SECKILL__RATE_LIMIT__JOIN__PER_SEC", "1000000".into());
+                set("SECKILL__RATE_LIMIT__JOIN__BURST", "1000000".into());
                 set("SECKILL__RATE_LIMIT__BUY__PER_SEC", BUY_PER_SEC.to_string());
                 set("SECKILL__RATE_LIMIT__BUY__BURST", BUY_BURST.to_string());
                 // The shared rate-limit buckets, on the private Redis the faults flush and stop.

@@ -10,7 +10,9 @@
 //! (servers through `scripts/faults.sh server ...`, [`servers`]); every accepted buyer's result
 //! awaited; late buyers while units are left (a unit given back must be sold); then figures and
 //! checks from the gateway's answers and SQL on the private PostgreSQL ([`verdict`]), and those
-//! only a replicated case can make ([`replicas`]). The full
+//! only a replicated case can make ([`replicas`]). A case on a sale with a waiting room
+//! ([`room`]) opens its sale some seconds after its creation: its users join before the opening
+//! and after, poll where they stand, and buy once admitted; the room's checks come on top. The full
 //! suite writes docs/RELIABILITY.md ([`doc`]). The process exits non-zero when a case broke an
 //! invariant, each violation named.
 
@@ -19,6 +21,7 @@ pub mod cases;
 pub mod doc;
 pub mod fleet;
 pub mod replicas;
+pub mod room;
 pub mod servers;
 pub mod transfers;
 pub mod verdict;
@@ -240,7 +243,7 @@ async fn run_case(
         fault: case.fault.clone(),
         goods_id: None,
         units,
-        buyers_planned: units * 3,
+        buyers_planned: case.extra.iter().find_map(Extra::room).map_or(units * 3, |p| p.users as i64),
         arrive_over: case.arrive_over,
         timeline: Timeline::default(),
         figures: None,
@@ -273,19 +276,20 @@ async fn run_sale(
     let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
     let admin_token = dev_token(&mut admin, 1, "admin").await?;
     let label = format!("faults {}", case.name);
-    let goods = create_sale(
-        &mut admin,
-        &admin_token,
-        &label,
-        r.units,
-        case.buckets,
-        chrono::Duration::seconds(1),
-        None,
-    )
-    .await?;
+    let plan = case.extra.iter().find_map(Extra::room);
+    // A room's users join before the opening too (a second more for the sale to be known).
+    let opened_ago = plan.map_or(chrono::Duration::seconds(1), |p| {
+        -chrono::Duration::from_std(p.before + Duration::from_secs(1)).unwrap_or_default()
+    });
+    let waiting_room = plan.map(|p| p.room());
+    let goods =
+        create_sale(&mut admin, &admin_token, &label, r.units, case.buckets, opened_ago, waiting_room)
+            .await?;
     let g = goods.id.get();
     r.goods_id = Some(g);
-    let t0 = Instant::now();
+    let opened_ms = goods.start_at.timestamp_millis();
+    let t0 = Instant::now()
+        + Duration::from_millis(u64::try_from(opened_ms - Utc::now().timestamp_millis()).unwrap_or(0));
     if !restored.is_empty() {
         let what = format!("before the sale: {}", restored.join("; "));
         println!("   {what}");
@@ -309,6 +313,13 @@ async fn run_sale(
     // just below the buyers' are the case's own probes.
     let first = (index as i64 + 1) * 1_000_000;
     let users = case_users(first, r.buyers_planned, case.buckets);
+    let (plain, room_users) = if plan.is_some() { (Vec::new(), users) } else { (users, Vec::new()) };
+    let room_run = async {
+        let p = plan?;
+        // A buyer in every so many: half the units sold, so the room runs to its end.
+        let buy_every = room_users.len() * 2 / usize::try_from(r.units).unwrap_or(1).max(1);
+        Some(room::run(load.clone(), p, &room_users, buy_every).await)
+    };
     let next_user = first + r.buyers_planned * i64::from(case.buckets);
     let mut consumed =
         if case.extra.contains(&Extra::ConsumersShare) { Some(Consumed::start(fleet).await) } else { None };
@@ -322,12 +333,16 @@ async fn run_sale(
             None
         }
     };
-    let (mut logs, timeline, hot) = tokio::join!(
-        buyers::arrive(load.clone(), users, case.arrive_over, false),
-        run_steps(&case.steps, fleet, servers, t0, consumed.as_mut()),
-        hot
-    );
+    let steps = async {
+        tokio::time::sleep_until(t0.into()).await;
+        run_steps(&case.steps, fleet, servers, t0, consumed.as_mut()).await
+    };
+    let (mut logs, timeline, hot, mut room_out) =
+        tokio::join!(buyers::arrive(load.clone(), plain, case.arrive_over, false), steps, hot, room_run);
     r.timeline = timeline;
+    if let Some(out) = &mut room_out {
+        logs.append(&mut out.buyers);
+    }
     if let Some(e) = &r.timeline.error {
         // Leave the next case a whole system even so.
         let _ = fleet.ensure_all(case.replicas).await;
@@ -356,8 +371,12 @@ async fn run_sale(
     let back = r.timeline.back_s.map_or(Duration::ZERO, Duration::from_secs_f64);
     tokio::time::sleep_until((t0 + back + SETTLE).max(Instant::now() + Duration::from_secs(2)).into()).await;
     let outside = read_outside(&load, servers, g, &logs).await?;
-    let (figures, mut checks) =
+    let (mut figures, mut checks) =
         verdict::judge(r.units, &logs, &outside, r.timeline.fault_s, r.timeline.back_s);
+    if let (Some(p), Some(out)) = (plan, &room_out) {
+        checks.extend(room::judge(out, p, opened_ms, r.timeline.fault_s, r.timeline.back_s));
+        figures.tally.merge(&out.tally);
+    }
 
     if let Some(at) = r.timeline.server_back_s {
         checks.push(verdict::back_after_server(&logs, r.timeline.fault_s, at));

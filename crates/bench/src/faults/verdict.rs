@@ -111,7 +111,7 @@ pub struct Figures {
     pub drained_s: Option<f64>,
 }
 
-fn first<T: std::fmt::Debug>(items: &[T]) -> String {
+pub(super) fn first<T: std::fmt::Debug>(items: &[T]) -> String {
     let shown: Vec<String> = items.iter().take(EXAMPLES).map(|i| format!("{i:?}")).collect();
     shown.join(", ")
 }
@@ -123,7 +123,7 @@ fn problem<T: std::fmt::Debug>(problems: &mut Vec<String>, what: &str, shape: &s
     }
 }
 
-fn check(name: &str, ok: bool, detail: String) -> Check {
+pub(super) fn check(name: &str, ok: bool, detail: String) -> Check {
     Check { name: name.into(), ok, detail }
 }
 
@@ -174,6 +174,27 @@ pub fn drained(logs: &[BuyerLog], fault_s: f64, back_s: f64) -> Option<f64> {
     Some(last - fault_s)
 }
 
+/// `name`: no 5xx but 503/504 and no unexpected answer among those `tally` counted.
+pub fn answers(name: &str, tally: &Tally) -> Check {
+    check(
+        name,
+        tally.other_5xx == 0 && tally.unexpected == 0,
+        if tally.other_5xx == 0 && tally.unexpected == 0 {
+            format!(
+                "clients saw 503 x{}, 504 x{}, 429 x{}, connection errors x{}, timeouts x{}, and nothing else amiss",
+                tally.s503, tally.s504, tally.s429, tally.conn_errors, tally.timeouts
+            )
+        } else {
+            format!(
+                "{} 5xx other than 503/504 and {} unexpected answers, e.g. {}",
+                tally.other_5xx,
+                tally.unexpected,
+                tally.examples.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+            )
+        },
+    )
+}
+
 /// The figures and the checks of a case.
 pub fn judge(
     units: i64,
@@ -196,24 +217,7 @@ pub fn judge(
     }
     let buyers = logs.iter().filter(|l| l.took_part()).count() as u64;
 
-    // Answers.
-    checks.push(check(
-        ONLY_503_504,
-        tally.other_5xx == 0 && tally.unexpected == 0,
-        if tally.other_5xx == 0 && tally.unexpected == 0 {
-            format!(
-                "clients saw 503 x{}, 504 x{}, 429 x{}, connection errors x{}, timeouts x{}, and nothing else amiss",
-                tally.s503, tally.s504, tally.s429, tally.conn_errors, tally.timeouts
-            )
-        } else {
-            format!(
-                "{} 5xx other than 503/504 and {} unexpected answers, e.g. {}",
-                tally.other_5xx,
-                tally.unexpected,
-                tally.examples.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-            )
-        },
-    ));
+    checks.push(answers(ONLY_503_504, &tally));
 
     // The database: no oversell, one active order per user.
     match outside.stock {
