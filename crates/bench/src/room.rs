@@ -1,9 +1,8 @@
 //! `room`: a sale behind a waiting room, driven through the gateway like its buyers. Every
-//! user joins, the first `--before` share of them before the opening (their places drawn at
-//! it), the rest after (the back of the queue), on the load's connections as fast as they are
+//! user joins, half of them before the opening (their places drawn at it), the rest after (the back of the queue), on the load's connections as fast as they are
 //! answered; then for `--poll-secs` the same connections ask where the joined stand as fast as
 //! they are answered (the status route's capacity, set against the sold-out answer's); then
-//! everyone polls as a page does, with back-off, and the admitted buy (path token and order,
+//! everyone polls as a page does, when `poll_after_ms` says, and the admitted buy (path token and order,
 //! presenting their admission), until each has an end.
 //!
 //! Apart from HTTP, the Redis memory a waiting user costs: the product's own join script run
@@ -11,7 +10,7 @@
 //! HTTP would take minutes), on a fresh key prefix, `INFO memory` read before and after.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -36,10 +35,10 @@ use crate::record::{Call, Clock, Event};
 use crate::report::{self, KIND_SCENARIO, Report, RoomMemory, RoomSummary};
 use crate::{gate_load, scenario, stats};
 
+const NAME: &str = "room";
 /// Half the users join before the opening; an admission lives two minutes (the polls at
 /// capacity run between the opening and the buys).
 const BEFORE: f64 = 0.5;
-const NAME: &str = "room";
 const ADMISSION_SECS: u32 = 120;
 /// How long a run polls with back-off before giving up the users without an end.
 const FINAL_TIMEOUT: Duration = Duration::from_secs(90);
@@ -95,9 +94,8 @@ struct Seen {
     state: QueueState,
     place: Option<u64>,
     admission: Option<HeaderValue>,
-    /// When a page would ask again, and the wait that set it.
+    /// When a page would ask again (`poll_after_ms`).
     due: Instant,
-    backoff: Duration,
     /// The buy's end: the order's status, or the path token's refusal.
     bought: Option<u16>,
 }
@@ -132,12 +130,8 @@ impl Out {
     }
 }
 
-/// When a page asks again: when the answer says (`poll_after_ms`), else 1 s doubling to 8 s.
-fn backoff(status: &QueueStatus, last: Duration) -> Duration {
-    status
-        .poll_after_ms
-        .map_or((last * 2).clamp(Duration::from_secs(1), Duration::from_secs(8)), Duration::from_millis)
-}
+/// A failed request is made again this much later, as a page would.
+const RETRY: Duration = Duration::from_secs(1);
 
 impl Shared {
     fn user(&self, u: usize) -> std::sync::MutexGuard<'_, Option<Seen>> {
@@ -162,7 +156,7 @@ impl Shared {
         let status = (a.status == 200).then(|| serde_json::from_slice::<QueueStatus>(&a.body).ok()).flatten();
         let Some((ticket, s)) = status.and_then(|s| Some((HeaderValue::from_str(&s.ticket).ok()?, s))) else {
             if let Some(x) = self.user(u).as_mut() {
-                x.due = at + x.backoff;
+                x.due = at + RETRY;
             }
             return;
         };
@@ -170,16 +164,13 @@ impl Shared {
             out.admitted.push((self.clock.us(at), place.saturating_sub(ahead + 1)));
         }
         out.drawn = out.drawn.max(s.draw.joined_before);
-        let mut seen = self.user(u);
-        let backoff = backoff(&s, seen.as_ref().map_or(Duration::ZERO, |x| x.backoff));
         let admission = s.admission.as_deref().and_then(|a| HeaderValue::from_str(a).ok());
-        *seen = Some(Seen {
+        *self.user(u) = Some(Seen {
             ticket,
             state: s.state,
             place: s.place,
             admission,
-            due: at + backoff,
-            backoff,
+            due: at + s.poll_after_ms.map_or(RETRY, Duration::from_millis),
             bought: None,
         });
     }
@@ -347,14 +338,13 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
         a.users > 0 && a.connections > 0 && a.rate > 0,
         "--users, --connections and --rate must be at least 1"
     );
-    let timeout = REQUEST_TIMEOUT;
     let procs = a.out.procs();
     let progress = !a.out.no_progress;
     let endpoint = Endpoint::parse(&a.gateway)?;
-    let mut admin = Conn::new(endpoint.clone(), timeout);
+    let mut admin = Conn::new(endpoint.clone(), REQUEST_TIMEOUT);
     let admin_token = scenario::dev_token(&mut admin, 1, "admin").await?;
     let users: Vec<i64> = (0..a.users).map(|i| a.first_user + i as i64).collect();
-    let bearers = scenario::mint_tokens(&endpoint, &users, a.connections, timeout, progress).await?;
+    let bearers = scenario::mint_tokens(&endpoint, &users, a.connections, REQUEST_TIMEOUT, progress).await?;
     let room = WaitingRoom {
         rate: RoomRate::PerSec(a.rate),
         opens_before_secs: 600 + a.opens_in_secs as u32,
@@ -366,7 +356,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let goods =
         scenario::create_sale(&mut admin, &admin_token, &label, a.stock, 1, -opens_in, Some(room)).await?;
     let opens_at = Instant::now() + (goods.start_at - Utc::now()).to_std().unwrap_or_default();
-    let conns = Conn::open_many(&endpoint, a.connections, timeout).await?;
+    let conns = Conn::open_many(&endpoint, a.connections, REQUEST_TIMEOUT).await?;
 
     let g = goods.id.get();
     let joining = Progress::new(progress, Some(a.users), "joining");
@@ -437,18 +427,13 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
         poll_us: us_per_request(&[poll_cpu], polled),
         memory: Vec::new(),
     };
-    for n in
-        [a.users, a.memory_users].into_iter().filter(|n| *n > 0).collect::<std::collections::BTreeSet<_>>()
-    {
+    for n in [a.users, a.memory_users].into_iter().filter(|n| *n > 0).collect::<BTreeSet<_>>() {
         summary.memory.push(join_memory(&a.redis_url, &a.memory_prefix, n).await?);
     }
     let open_us = s.clock.us(opens_at);
     let invariants = checks(&summary, &ends, &all.admitted, open_us);
     let params = serde_json::to_value(a)?;
-    let mut notes = Vec::new();
-    if cpu.disturbed {
-        notes.push(cpu.disturbance());
-    }
+    let notes = cpu.disturbed.then(|| cpu.disturbance()).into_iter().collect();
     let started_at = report::rfc3339(t0_wall);
     Ok(Report {
         room: Some(summary),
