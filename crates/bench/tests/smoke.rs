@@ -1,7 +1,8 @@
 //! The tool's smoke test, the one CI runs: the whole system in-process on port 0 (the harness of
 //! crates/e2e, against the real PostgreSQL, Redis and RabbitMQ), the `seed` scenario at a tiny
 //! size through the library API, and its report: invariants hold, counts add up, JSON, chart
-//! and markdown; and `hot-user` at a small size: exactly one order accepted.
+//! and markdown; `hot-user` at a small size: exactly one order accepted; and `room` at a tiny
+//! size: everyone joins, the admitted buy every unit, the rest are told sold out.
 //! Plus the `upstream` + `http` baseline pair, which needs no servers.
 
 use std::time::Duration;
@@ -116,6 +117,51 @@ async fn a_hot_user_gets_exactly_one_order_accepted() {
     assert_eq!((buy.by_gateway[0].clicks, buy.by_gateway[0].let_through()), (200, limit.let_through));
     assert_eq!(report.params["path_token_once"], true);
     assert!(report.notes.iter().any(|n| n.contains("path token once")), "{:?}", report.notes);
+}
+
+/// 60 users in a room admitting 50 a second in front of 20 units: half join before the
+/// opening, everyone has an end, the admitted buy (path token and order with their admission).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_room_admits_at_its_rate_and_sells_out() {
+    use clap::Parser;
+    use seckill_bench::cli::{Cli, Command};
+    let sys = seckill_e2e::spawn_system();
+    let redis = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let prefix = format!("seckill-bench-room-smoke-{}:", uuid::Uuid::new_v4().simple());
+    let args = [
+        "seckill-bench",
+        "room",
+        "--gateway",
+        &sys.gateway.url(),
+        "--users",
+        "60",
+        "--stock",
+        "20",
+        "--rate",
+        "50",
+        "--opens-in-secs",
+        "2",
+        "-c",
+        "10",
+        "--poll-secs",
+        "1",
+        "--memory-users",
+        "0",
+        "--redis-url",
+        &redis,
+        "--memory-prefix",
+        &prefix,
+        "--no-progress",
+    ];
+    let Command::Room(a) = Cli::try_parse_from(args).unwrap().command else { panic!("not room") };
+    let report = seckill_bench::room::run(&a).await.expect("the scenario runs");
+    println!("{}", report.render());
+    assert!(report.invariants_hold(), "{:#?}", report.invariants);
+    let r = report.room.as_ref().expect("a room summary");
+    assert_eq!((r.joined, r.joined_before, r.bought, r.unfinished), (60, Some(30), 20, 0), "{r:?}");
+    assert_eq!(r.told_admitted + r.told_sold_out, 60, "{r:?}");
+    assert_eq!((count(&report, "order", "202"), count(&report, "join", "200")), (20, 60));
+    assert_eq!(r.memory.len(), 1);
 }
 
 /// The one-hop baseline's pieces: the trivial upstream answers, and `http` load counts it.
