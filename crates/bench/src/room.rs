@@ -475,7 +475,10 @@ fn checks(r: &RoomSummary, ends: &[Seen], admitted: &[(u32, u64)], open_us: u32)
             ahead.is_none(),
             match ahead {
                 Some((t, n)) => {
-                    format!("{n} admitted {:.2} s after the opening", f64::from(t - open_us) / 1e6)
+                    format!(
+                        "{n} admitted {:.2} s after the opening",
+                        f64::from(t.saturating_sub(open_us)) / 1e6
+                    )
                 }
                 None => {
                     format!("{} answers, none ahead of {} a second since the opening", admitted.len(), r.rate)
