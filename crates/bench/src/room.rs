@@ -1,8 +1,9 @@
 //! `room`: a sale behind a waiting room, driven through the gateway like its buyers. Every
-//! user joins, half of them before the opening (their places drawn at it), the rest after (the back of the queue), on the load's connections as fast as they are
-//! answered; then for `--poll-secs` the same connections ask where the joined stand as fast as
-//! they are answered (the status route's capacity, set against the sold-out answer's); then
-//! everyone polls as a page does, when `poll_after_ms` says, and the admitted buy (path token and order,
+//! user joins, half of them before the opening (their places drawn at it), the rest after (the
+//! back of the queue), on the load's connections as fast as they are answered; then for
+//! `--poll-secs` the same connections ask where the joined stand as fast as they are answered
+//! (the status route's capacity, set against the sold-out answer's); then everyone polls as a
+//! page does, when `poll_after_ms` says, and the admitted buy (path token and order,
 //! presenting their admission), until each has an end.
 //!
 //! Apart from HTTP, the Redis memory a waiting user costs: the product's own join script run
