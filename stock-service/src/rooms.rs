@@ -62,8 +62,32 @@ pub struct StoredMarks {
     pub came_up: Option<(i64, i64)>,
 }
 
-/// A row of `room_marks` (without its sale).
+/// A row of `room_marks` (without its sale): the columns [`MARKS`] reads.
 type MarksRow = (i64, i64, Option<i64>, i64, i64);
+
+const MARKS: (
+    room_marks::joins_before,
+    room_marks::joins_after,
+    room_marks::drawn,
+    room_marks::admitted,
+    room_marks::admitted_at_ms,
+) = (
+    room_marks::joins_before,
+    room_marks::joins_after,
+    room_marks::drawn,
+    room_marks::admitted,
+    room_marks::admitted_at_ms,
+);
+
+/// The marks a row of sale `g` holds. The table's CHECKs keep every count from being
+/// negative: one that is, is a corrupt row.
+fn marks_of(g: GoodsId, row: MarksRow) -> Result<RoomMarks, diesel::result::Error> {
+    RoomMarks::try_from(StoredMarks::from(row)).map_err(|why| corrupt(g, &why))
+}
+
+fn corrupt(g: GoodsId, why: &str) -> diesel::result::Error {
+    diesel::result::Error::DeserializationError(format!("goods {g}: {why}").into())
+}
 
 impl From<MarksRow> for StoredMarks {
     fn from((joins_before, joins_after, drawn, admitted, admitted_at_ms): MarksRow) -> Self {
@@ -173,13 +197,7 @@ pub async fn raise(
             room_marks::admitted_at_ms
                 .eq(greatest(room_marks::admitted_at_ms, excluded(room_marks::admitted_at_ms))),
         ))
-        .returning((
-            room_marks::joins_before,
-            room_marks::joins_after,
-            room_marks::drawn,
-            room_marks::admitted,
-            room_marks::admitted_at_ms,
-        ))
+        .returning(MARKS)
         .get_result::<MarksRow>(conn)
         .await
         .optional()?;
@@ -187,11 +205,7 @@ pub async fn raise(
         if let Some((admitted, at_ms)) = to.came_up {
             keep_came_up(conn, g, admitted, at_ms).await?;
         }
-        let marks = StoredMarks::from(marks);
-        // The table's CHECKs keep every count from being negative: one that is, is a corrupt row.
-        return RoomMarks::try_from(marks).map_err(|why| {
-            diesel::result::Error::DeserializationError(format!("goods {g}: {why}").into()).into()
-        });
+        return Ok(marks_of(g, marks)?);
     }
     // Nothing inserted: tell a missing sale from a sale without a room (a room is set when
     // the sale is created and never after, so the answer cannot have changed since).
@@ -239,21 +253,13 @@ pub async fn record(conn: &mut AsyncPgConnection, g: GoodsId) -> Result<RoomReco
     if room.is_none() {
         return Err(RaiseError::NoRoom);
     }
-    let corrupt =
-        |why: String| diesel::result::Error::DeserializationError(format!("goods {g}: {why}").into());
     let marks = room_marks::table
         .find(g.get())
-        .select((
-            room_marks::joins_before,
-            room_marks::joins_after,
-            room_marks::drawn,
-            room_marks::admitted,
-            room_marks::admitted_at_ms,
-        ))
+        .select(MARKS)
         .first::<MarksRow>(conn)
         .await
         .optional()?
-        .map(|row| RoomMarks::try_from(StoredMarks::from(row)).map_err(corrupt))
+        .map(|row| marks_of(g, row))
         .transpose()?
         .unwrap_or_default();
     let came_up = room_came_up::table
@@ -264,7 +270,7 @@ pub async fn record(conn: &mut AsyncPgConnection, g: GoodsId) -> Result<RoomReco
         .await?
         .into_iter()
         .map(|(at_ms, admitted)| {
-            let admitted = u64::try_from(admitted).map_err(|_| corrupt(format!("came_up {admitted}")))?;
+            let admitted = u64::try_from(admitted).map_err(|_| corrupt(g, &format!("came_up {admitted}")))?;
             Ok(CameUp { at_ms, admitted })
         })
         .collect::<Result<_, diesel::result::Error>>()?;

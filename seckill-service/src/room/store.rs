@@ -171,11 +171,12 @@ impl RoomStore {
     /// loss ends each admission about when the others do, not an admission's life from now).
     pub async fn load(&self, goods: &Goods, now_ms: i64) -> Result<(), ApiError> {
         let RoomRecord { marks, came_up } = self.stock.room_record(goods.id).await.map_err(stock_down)?;
+        // stock-service keeps the longest admission's life of them; this room's is enough.
         let life_ms = goods.waiting_room.map_or(0, |r| i64::from(r.admission_secs) * 1000);
         let newest = came_up.last().map_or(0, |c| c.at_ms);
         let recent = came_up
             .iter()
-            .filter(|c| c.admitted <= marks.admitted && c.at_ms >= newest - life_ms - 10_000)
+            .filter(|c| c.at_ms >= newest - life_ms - 10_000)
             .map(|c| format!("{}:{}", c.at_ms, c.admitted));
         let mut conn = self.conn();
         let loaded: i64 = self
