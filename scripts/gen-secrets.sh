@@ -69,6 +69,7 @@ LINKS=(gateway-seckill gateway-order gateway-stock seckill-stock seckill-order s
 declare -A LINK
 for l in "${LINKS[@]}"; do LINK[$l]=$(key); done
 JWT=$(key)
+ROOM=$(key)
 PG_PASSWORD=$(password)
 declare -A AMQP REDIS
 for u in admin seckill order stock keda; do AMQP[$u]=$(password); done
@@ -99,6 +100,8 @@ SECKILL_JWT_SECRET=$JWT
 EOF
     for l in "${LINKS[@]}"; do echo "SECKILL_LINK_$(upper "$l")=${LINK[$l]}"; done
     cat <<EOF
+# The waiting rooms' key (the gateway and seckill-service): seals places and admissions.
+SECKILL_ROOM_KEY=$ROOM
 # PostgreSQL's postgres user (read when the data volume is first made).
 SECKILL_POSTGRES_PASSWORD=$PG_PASSWORD
 # RabbitMQ users: admin (management UI, tools) and one per service.
@@ -143,6 +146,9 @@ printf '  # the receiver accepts, the same key, or "new,old" while it is replace
 for l in "${LINKS[@]}"; do
     printf '  %s: "%s"\n  %s.accept: "%s"\n' "$l" "${LINK[$l]}" "$l" "${LINK[$l]}"
 done
+secret seckill-room-key
+printf '  # The waiting rooms'"'"' key, the gateway'"'"'s and seckill-service'"'"'s: seals places and admissions.\n'
+printf '  room-key: "%s"\n' "$ROOM"
 secret gateway-urls
 printf '  # The Redis of the shared rate-limit buckets.\n'
 printf '  redis-url: "%s"\n' "$(redis_url gateway)"

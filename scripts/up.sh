@@ -39,8 +39,8 @@ declare -A STANDARD_PORT=([gateway]=8080 [seckill-service]=8081 [order-service]=
 # (Each binary's Settings struct; crates/deploy-check's tests read every deployment file
 # through them.)
 declare -A SECTIONS=(
-    [gateway]="http log auth dev_token upstreams rate_limit sold_out overload redis admin trust storefront"
-    [seckill-service]="http log redis amqp upstreams seckill trust"
+    [gateway]="http log auth dev_token upstreams rate_limit sold_out overload redis admin trust storefront room"
+    [seckill-service]="http log redis amqp upstreams seckill trust room"
     [order-service]="http log database redis amqp upstreams order trust"
     [stock-service]="http log database amqp stock trust"
 )

@@ -9,6 +9,7 @@ use std::time::Duration;
 use seckill_common::config::{
     AuthSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings, split_urls,
 };
+use seckill_common::room::RoomSettings;
 use seckill_common::trust::TrustSettings;
 use seckill_web::shed::{Limits, SettingKeys};
 use serde::Deserialize;
@@ -38,6 +39,8 @@ pub struct Settings {
     /// The keys the gateway signs the forwarded identity with, one per service.
     pub trust: TrustSettings,
     pub storefront: StorefrontSettings,
+    /// The waiting rooms' key, to answer status polls from memory (`crate::rooms`).
+    pub room: RoomSettings,
 }
 
 /// `storefront.*`: the buyers' pages (`crate::storefront`), rendered from stock-service's
@@ -293,6 +296,7 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.jwt_secret()?;
         self.http.validate()?;
+        self.room.key()?;
         self.redis.validate()?;
         if let Some(previous) = &self.auth.jwt_previous_secret
             && previous.len() < MIN_JWT_SECRET_BYTES

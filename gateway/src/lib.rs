@@ -10,6 +10,7 @@ pub mod headers;
 pub mod openapi;
 pub mod proxy;
 pub mod rate_limit;
+pub mod rooms;
 pub mod routes;
 pub mod startup;
 pub mod state;

@@ -7,10 +7,11 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{HttpServiceFactory, ServiceRequest, ServiceResponse};
-use actix_web::http::Method;
 use actix_web::http::header::HeaderValue;
+use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
+use seckill_common::GoodsId;
 use seckill_common::api::{DevTokenRequest, TokenResponse};
 use seckill_web::{ApiError, health, method_not_allowed};
 use serde_json::json;
@@ -37,6 +38,7 @@ enum Handler {
     Buy,
     Join,
     Poll,
+    QueueStatus,
     DevToken,
     Readyz,
     PublicStock,
@@ -85,7 +87,9 @@ impl PublicRoute {
             | Handler::DocsPage
             | Handler::SaleState
             | Handler::SalePage => Access::Anonymous,
-            Handler::Buy | Handler::Join | Handler::Poll | Handler::UserOrder => Access::User,
+            Handler::Buy | Handler::Join | Handler::Poll | Handler::QueueStatus | Handler::UserOrder => {
+                Access::User
+            }
             Handler::AdminSeckill | Handler::StorefrontRender => Access::Admin,
         }
     }
@@ -101,6 +105,7 @@ impl PublicRoute {
             Handler::Buy => route.to(buy),
             Handler::Join => route.to(join),
             Handler::Poll => route.to(poll),
+            Handler::QueueStatus => route.to(queue_status),
             Handler::DevToken => route.to(dev_token),
             Handler::Readyz => route.to(readyz),
             Handler::PublicStock => route.to(public_stock),
@@ -129,7 +134,7 @@ pub const ROUTES: &[PublicRoute] = &[
     // A sale's waiting room: joining takes from the buy limit and the address's join limit,
     // asking where one stands from the polling one.
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Join),
-    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/queue", Handler::Poll),
+    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/queue", Handler::QueueStatus),
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue/challenge", Handler::Buy),
     PublicRoute::new(Method::POST, "/api/auth/dev-token", Handler::DevToken),
     PublicRoute::new(Method::GET, "/readyz", Handler::Readyz),
@@ -291,10 +296,42 @@ async fn join(
     gateway: web::Data<Gateway>,
 ) -> Result<HttpResponse, ApiError> {
     let address = client_ip(&req, gateway.proxy_hops);
-    gateway.pass_buy(&req, payload, Some(Who::address(address))).await
+    let res = gateway.pass_buy(&req, payload, Some(Who::address(address))).await?;
+    if res.status() == StatusCode::OK
+        && let Some(g) = goods_of(&req)
+    {
+        gateway.rooms.watch(g);
+    }
+    Ok(res)
 }
 
-/// `GET /api/seckill/{id}/result|queue`: a token and the user's polling limit.
+/// `GET /api/seckill/{id}/queue`: a token and the user's polling limit; answered here from the
+/// room's mirror when it can be (`crate::rooms`), else by seckill-service, whose `200` starts
+/// the mirror.
+async fn queue_status(
+    req: HttpRequest,
+    payload: web::Payload,
+    gateway: web::Data<Gateway>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = gateway.auth.authenticate(&req)?;
+    gateway.limits.take(Class::Poll, Who::user(caller.id)).await?;
+    let goods = goods_of(&req);
+    if let Some(answer) = goods.and_then(|g| gateway.rooms.answer(g, caller.id, &req)) {
+        return Ok(answer);
+    }
+    let res = gateway.pass(Service::Seckill, &req, payload, Some(caller)).await?;
+    if let Some(g) = goods.filter(|_| res.status() == StatusCode::OK) {
+        gateway.rooms.watch(g);
+    }
+    Ok(res)
+}
+
+/// The sale a `/api/seckill/{goods_id}/...` route names, when it is an id.
+fn goods_of(req: &HttpRequest) -> Option<GoodsId> {
+    req.match_info().get("goods_id").and_then(|v| v.parse().ok())
+}
+
+/// `GET /api/seckill/{id}/result`: a token and the user's polling limit.
 async fn poll(
     req: HttpRequest,
     payload: web::Payload,

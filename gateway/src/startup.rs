@@ -18,6 +18,7 @@ use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
 use crate::rate_limit::Limits;
 use crate::rate_limit::shared::SharedLimits;
+use crate::rooms::{self, RoomMirrors};
 use crate::routes;
 use crate::state::{Gateway, LastReadiness};
 use crate::storefront::Storefront;
@@ -57,11 +58,13 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         closed: ClosedSales::new(settings.sold_out.remember()),
         buys_in_flight: InFlight::new(settings.overload.limits()?, "gateway", "gateway_requests_shed_total"),
         storefront,
+        rooms: RoomMirrors::new(settings.room.key()?),
     });
 
     let dev_tokens = settings.auth.dev_tokens;
     let public = gateway.clone();
     let gateway_for_files = gateway.clone();
+    let gateway_for_rooms = gateway.clone();
     let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, Door::Public, move |cfg| {
         routes::configure(cfg, public.clone(), dev_tokens);
     })?;
@@ -77,6 +80,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
 
     let lifecycle = Lifecycle::new();
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
+    rooms::spawn_reader(&lifecycle, gateway_for_rooms);
     if settings.storefront.dir.is_some() {
         spawn_storefront_writer(&lifecycle, gateway_for_files, settings.storefront.refresh());
     }

@@ -16,6 +16,7 @@ use crate::body;
 use crate::closed::ClosedSales;
 use crate::proxy::{Proxy, Service};
 use crate::rate_limit::{Class, Limits, Who};
+use crate::rooms::RoomMirrors;
 use crate::storefront::Storefront;
 
 /// How long one round of upstream health checks answers `/readyz`: a flood of calls to the
@@ -40,6 +41,8 @@ pub struct Gateway {
     pub buys_in_flight: InFlight,
     /// The buyers' pages, kept in memory.
     pub storefront: Storefront,
+    /// The waiting rooms this replica answers status polls of.
+    pub rooms: RoomMirrors,
 }
 
 /// The last round of upstream health checks and when it ended.

@@ -6,6 +6,7 @@ use seckill_common::amqp::MAX_BATCH_REQUESTS;
 use seckill_common::config::{
     AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
 };
+use seckill_common::room::RoomSettings;
 use seckill_common::trust::TrustSettings;
 use seckill_web::shed::{Limits, SettingKeys};
 use serde::Deserialize;
@@ -27,6 +28,8 @@ pub struct Settings {
     pub seckill: SeckillSettings,
     /// The keys of this service's links (see `seckill_common::trust`).
     pub trust: TrustSettings,
+    /// The waiting rooms' key.
+    pub room: RoomSettings,
 }
 
 /// `seckill.*`.

@@ -6,6 +6,8 @@ pub mod queue;
 pub mod sale;
 
 use actix_web::{HttpResponse, web};
+use seckill_common::trust::Peer;
+use seckill_web::trust::internal_route;
 
 use crate::restore;
 use crate::state::AppState;
@@ -23,7 +25,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/readyz", web::get().to(readyz))
         .route("/api/admin/goods", web::post().to(admin::create_sale))
         .route("/api/admin/goods/{goods_id}/audit", web::get().to(restore::audit_route))
-        .route("/api/admin/goods/{goods_id}/repair", web::post().to(restore::repair_route));
+        .route("/api/admin/goods/{goods_id}/repair", web::post().to(restore::repair_route))
+        // The room's state, which the gateway answers status polls from (seckill_web::trust).
+        .service(
+            internal_route("/internal/gateway/rooms/{goods_id}", &[Peer::Gateway])
+                .route(web::get().to(queue::room_state)),
+        );
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

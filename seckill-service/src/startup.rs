@@ -64,7 +64,8 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     let keys = RedisKeys::new(settings.redis.key_prefix.clone());
     let stock = Arc::new(StockClient::new(&settings.upstreams, trust.clone())?);
     let transfers = Transfers::new(redis.clone(), keys.clone());
-    let rooms = Rooms::new(room_key(&settings)?, RoomStore::new(redis.clone(), keys.clone(), stock.clone()));
+    let rooms =
+        Rooms::new(settings.room.required_key()?, RoomStore::new(redis.clone(), keys.clone(), stock.clone()));
     let gate = Arc::new(Gate::new(redis, keys));
     let loading = gate.clone();
     let (scripts, loading) = seckill_infra::redis::load_scripts_in_background(move || {
@@ -150,17 +151,4 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     lifecycle.at_shutdown(async move { closing.publisher.close().await });
 
     seckill_web::serve_internal(&settings.http, STANDARD_PORT, trust, state, routes::configure, lifecycle)
-}
-
-/// The key the waiting rooms' tickets and admissions are sealed with, derived from the key
-/// the replicas already share (`trust.send.seckill`, which signs their broadcasts): only
-/// seckill-service replicas issue and check room tokens, and a derived key is a key no link
-/// signature can be mistaken for.
-fn room_key(settings: &Settings) -> anyhow::Result<seckill_common::room::RoomKey> {
-    let link = settings
-        .trust
-        .send
-        .get(Peer::Seckill.as_str())
-        .ok_or_else(|| anyhow::anyhow!("trust.send.seckill is not set"))?;
-    Ok(seckill_common::room::RoomKey::derive(link.as_bytes())?)
 }

@@ -24,7 +24,7 @@ static URL_USERINFO: LazyLock<Regex> =
 /// Variables whose value is a credential.
 static SECRET_VAR: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"JWT_SECRET$|__TRUST__(SEND|ACCEPT)__|(SECRET|PASSWORD|PASSWD)$|(^|_)PASS$|^REDISCLI_AUTH$|^RABBITMQ_DEFAULT_(USER|PASS)$|^RABBITMQ_ERLANG_COOKIE$",
+        r"JWT_SECRET$|__TRUST__(SEND|ACCEPT)__|__ROOM__KEY$|(SECRET|PASSWORD|PASSWD)$|(^|_)PASS$|^REDISCLI_AUTH$|^RABBITMQ_DEFAULT_(USER|PASS)$|^RABBITMQ_ERLANG_COOKIE$",
     )
     .unwrap()
 });
@@ -212,6 +212,7 @@ fn compose_writes_no_credential_and_gives_each_service_its_own_link_keys() {
 fn secret_readers(secret: &str) -> Vec<String> {
     match secret {
         "gateway-auth" => vec!["Deployment/gateway".into()],
+        "seckill-room-key" => vec!["Deployment/gateway".into(), "Deployment/seckill-service".into()],
         LINK_SECRET => SERVICES.iter().map(|(s, _)| format!("Deployment/{s}")).collect(),
         "seckill-pg-credentials" => vec!["Cluster/seckill-pg".into()],
         "seckill-redis-acl" => vec!["StatefulSet/seckill-redis".into()],

@@ -32,12 +32,15 @@ fn check(service: &str, env: &Env) -> Result<(), ConfigError> {
         "gateway" => {
             let s: gateway::configuration::Settings = load(env)?;
             s.validate()?;
+            // Without it every status poll of a waiting room would cost a hop.
+            s.room.required_key()?;
             own_links_only(Peer::Gateway, &s.trust)?;
             Trust::for_service(Peer::Gateway, &s.trust).map(drop)
         }
         "seckill-service" => {
             let s: seckill_service::configuration::Settings = load(env)?;
             s.validate()?;
+            s.room.required_key()?;
             given(Store::Redis, s.redis.url != RedisSettings::default().url)?;
             given(Store::Amqp, s.amqp.url != AmqpSettings::default().url)?;
             own_links_only(Peer::Seckill, &s.trust)?;
@@ -170,8 +173,10 @@ fn secret_vars(service: &str, peer: Peer) -> Vec<String> {
         )
         .collect();
     let urls: &[&str] = match service {
-        "gateway" => &["SECKILL__AUTH__JWT_SECRET", "SECKILL__AUTH__JWT_PREVIOUS_SECRET"],
-        "seckill-service" => &["SECKILL__REDIS__URL", "SECKILL__AMQP__URL"],
+        "gateway" => {
+            &["SECKILL__AUTH__JWT_SECRET", "SECKILL__AUTH__JWT_PREVIOUS_SECRET", "SECKILL__ROOM__KEY"]
+        }
+        "seckill-service" => &["SECKILL__REDIS__URL", "SECKILL__AMQP__URL", "SECKILL__ROOM__KEY"],
         "order-service" => &["SECKILL__DATABASE__URL", "SECKILL__REDIS__URL", "SECKILL__AMQP__URL"],
         _ => &["SECKILL__DATABASE__URL", "SECKILL__AMQP__URL"],
     };
@@ -222,6 +227,8 @@ fn a_misspelt_foreign_or_missing_variable_is_refused() {
         ("stock-service", Peer::Stock, "SECKILL__TRUST__ACCEPT__GATEWAY"),
         ("stock-service", Peer::Stock, "SECKILL__AMQP__URL"),
         ("order-service", Peer::Order, "SECKILL__DATABASE__URL"),
+        ("seckill-service", Peer::Seckill, "SECKILL__ROOM__KEY"),
+        ("gateway", Peer::Gateway, "SECKILL__ROOM__KEY"),
     ] {
         let mut bad = configmap_env(service, peer);
         check(service, &bad).unwrap();

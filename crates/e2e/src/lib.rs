@@ -176,6 +176,7 @@ pub fn spawn_system_with(options: Options) -> System {
                     ..Default::default()
                 },
                 trust: keys::trust_settings(Peer::Seckill),
+                room: keys::room_settings(),
                 ..Default::default()
             };
             RunningService::start(move || seckill_service::startup::build(s))
@@ -225,6 +226,7 @@ pub fn spawn_system_with(options: Options) -> System {
         }),
         redis: redis.clone(),
         trust: keys::trust_settings(Peer::Gateway),
+        room: keys::room_settings(),
         storefront: gateway::configuration::StorefrontSettings {
             dir: options.storefront_dir.clone(),
             ..Default::default()

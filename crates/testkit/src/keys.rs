@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use seckill_common::UserId;
 use seckill_common::api::Role;
+use seckill_common::room::{RoomKey, RoomSettings};
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, SIGNATURE_HEADER, Trust, TrustSettings};
 
 /// The key of the link `from` -> `to` in this process.
@@ -29,6 +30,19 @@ pub fn trust_settings(me: Peer) -> TrustSettings {
         accept: Peer::ALL.iter().map(|&from| (from.as_str().to_owned(), link_key(from, me))).collect(),
         ..TrustSettings::default()
     }
+}
+
+/// The `room.*` settings of the gateway and seckill-service in this process: one random key.
+pub fn room_settings() -> RoomSettings {
+    static KEY: OnceLock<String> = OnceLock::new();
+    let key =
+        KEY.get_or_init(|| format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()));
+    RoomSettings { key: Some(key.clone()) }
+}
+
+/// The key room tokens are sealed with in this process.
+pub fn room_key() -> RoomKey {
+    room_settings().required_key().expect("the test room key is valid")
 }
 
 /// Keys to act as `me` towards (and to check what is sent to `me` by) every peer.

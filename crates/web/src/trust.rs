@@ -19,6 +19,10 @@ use seckill_common::{ErrorCode, headers};
 
 use crate::ApiError;
 
+/// The internal routes the gateway's own credential opens: reads it makes itself (a waiting
+/// room's state), never a client's request, which the gateway never sends to `/internal/`.
+pub const GATEWAY_READS: &str = "/internal/gateway/";
+
 /// Paths anyone on the network may read: probes and metrics.
 fn is_open(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
@@ -44,8 +48,13 @@ pub async fn middleware(
     };
     let checked = trust.verify_request(headers.get(AUTH_HEADER).map(|v| v.as_bytes()), &facts);
     match checked {
-        // The gateway never forwards `/internal/...`: those are for services only.
-        Ok(caller) if caller.peer == Peer::Gateway && req.path().starts_with("/internal/") => {
+        // The gateway never forwards `/internal/...`: those are for services only, but for
+        // the reads it makes itself, which carry no user.
+        Ok(caller)
+            if caller.peer == Peer::Gateway
+                && req.path().starts_with("/internal/")
+                && (caller.user.is_some() || !req.path().starts_with(GATEWAY_READS)) =>
+        {
             Ok(refuse(req, TrustError::Stranger))
         }
         Ok(caller) => {
@@ -93,7 +102,8 @@ impl FromRequest for ServiceCaller {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let peer = match caller(req) {
-            Some(c) if c.peer != Peer::Gateway => c.peer,
+            // The gateway as itself (its own reads), never as a user it forwards.
+            Some(c) if c.peer != Peer::Gateway || c.user.is_none() => c.peer,
             _ => {
                 return ready(Err(ApiError::new(
                     ErrorCode::Unauthorized,

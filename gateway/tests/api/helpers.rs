@@ -172,6 +172,7 @@ pub fn settings(seckill: &str, order: &str, stock: &str) -> Settings {
     s.upstreams.connect_timeout_ms = 500;
     s.upstreams.timeout_ms = 3_000;
     s.trust = keys::trust_settings(Peer::Gateway);
+    s.room = keys::room_settings();
     s.redis.url = redis_url();
     s
 }

@@ -11,6 +11,7 @@ mod limits;
 mod openapi;
 mod overload;
 mod read_bounds;
+mod rooms;
 mod routes;
 mod shared_limits;
 mod storefront;

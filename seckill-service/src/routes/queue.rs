@@ -10,13 +10,14 @@ use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use seckill_common::room::{
-    Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueState, QueueStatus, RoomError, WaitingRoom,
+    Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueStatus, RoomError, RoomState, WaitingRoom,
 };
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
+use seckill_web::trust::ServiceCaller;
 use seckill_web::{ApiError, AuthUser};
 
 use crate::room::store::Work;
-use crate::room::{RoomView, Standing, ticker};
+use crate::room::{RoomView, ticker};
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
 
@@ -171,36 +172,23 @@ fn answer(
     now: i64,
 ) -> HttpResponse {
     let standing = view.standing(code, user, now);
-    let mut status = QueueStatus {
-        state: QueueState::Waiting,
-        ticket,
-        place: None,
-        ahead: None,
-        wait_secs: None,
-        admission: None,
-        admission_expires_at: None,
-        draw: view.draw(),
-        poll_after_ms: view.poll_after_ms(&standing, code, now),
-    };
-    // Places count from 1 for people.
-    let shown = |p: Option<u64>| p.map(|p| p + 1);
-    match standing {
-        Standing::Waiting { place, ahead, wait_secs } => {
-            (status.place, status.ahead, status.wait_secs) = (shown(place), ahead, wait_secs);
-        }
-        Standing::Admitted { place, admission } => {
-            status.state = QueueState::Admitted;
-            status.place = shown(Some(place));
-            status.ahead = Some(0);
-            status.wait_secs = Some(0);
-            status.admission = Some(admission.seal(&state.rooms.key));
-            status.admission_expires_at = DateTime::<Utc>::from_timestamp_millis(admission.expires_ms);
-        }
-        Standing::SoldOut { place } => (status.state, status.place) = (QueueState::SoldOut, shown(place)),
-        Standing::Closed { place } => (status.state, status.place) = (QueueState::Closed, shown(place)),
-    }
+    let poll_after_ms = view.poll_after_ms(&standing, code, now);
+    let status = QueueStatus::of(&state.rooms.key, ticket, standing, view.draw(), poll_after_ms);
     // Of this instant: no cache may keep it.
     HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status)
+}
+
+/// `GET /internal/gateway/rooms/{goods_id}` (the gateway's credential): the room as this
+/// replica sees it, which the gateway answers status polls from.
+pub async fn room_state(
+    _gateway: ServiceCaller,
+    state: web::Data<AppState>,
+    path: web::Path<GoodsId>,
+) -> Result<web::Json<RoomState>, ApiError> {
+    let sale = state.sales.get(*path).await?;
+    room_of(&sale)?;
+    let view = view_of(&state, &sale, now_ms()).await?;
+    Ok(web::Json(view.state()))
 }
 
 /// On a sale with a waiting room, the buy routes ask for the buyer's admission

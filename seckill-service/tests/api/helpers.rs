@@ -100,6 +100,7 @@ fn spawn(seed: impl FnOnce(&TestDb), configure: impl FnOnce(&mut Settings), unti
         },
         seckill: SeckillSettings { reconcile_interval_secs: 1, ..Default::default() },
         trust: keys::trust_settings(Peer::Seckill),
+        room: keys::room_settings(),
         ..Default::default()
     };
     configure(&mut settings);

@@ -19,9 +19,9 @@ fn room(rate: u32) -> Value {
     json!({"rate": rate, "opens_before_secs": 600, "admission_secs": 30})
 }
 
-/// The key the service seals room tokens with (derived from the replicas' shared link key).
+/// The key the service seals room tokens with (`room.key`).
 fn room_key() -> RoomKey {
-    RoomKey::derive(keys::link_key(Peer::Seckill, Peer::Seckill).as_bytes()).unwrap()
+    keys::room_key()
 }
 
 /// The join number a ticket carries (`v1.p.<sale>.<user>.<join>.<issued>.<tag>`).
@@ -532,4 +532,46 @@ async fn a_room_that_asks_for_proof_of_work_takes_each_solved_challenge_once() {
     // The ticket still keeps the place, without new work.
     let (status, kept) = app.join(3, sale.id, json!({"ticket": joined["ticket"]})).await;
     assert_eq!((status, kept["ticket"].as_str().map(join_of)), (200, joined["ticket"].as_str().map(join_of)));
+}
+
+/// `GET /internal/gateway/rooms/{id}`: what the gateway answers status polls from, read with
+/// the gateway's own credential alone (never a user's request the gateway forwards, never
+/// another service's).
+#[tokio::test]
+async fn the_room_state_is_the_gateways_to_read_alone() {
+    let app = spawn_app();
+    let sale = app.room_sale(5, Duration::from_secs(60), room(10)).await;
+    let path = format!("/internal/gateway/rooms/{}", sale.id);
+    let read = |credential: Option<(&'static str, String)>| {
+        let mut req = app.http.get(app.url(&path));
+        if let Some(header) = credential {
+            req = req.header(header.0, header.1);
+        }
+        async move { answer(req.send().await.unwrap()).await }
+    };
+    let (status, state) = read(Some(keys::as_service(Peer::Gateway, Peer::Seckill, "GET", &path))).await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["start_ms"], sale.start_at.timestamp_millis());
+    assert_eq!(state["end_ms"], sale.end_at.timestamp_millis());
+    assert_eq!(
+        (state["drawn"].clone(), state["admitted"].clone(), state["rate"].clone()),
+        (json!(null), json!(0), json!(10.0))
+    );
+
+    let as_user = keys::as_user(Peer::Seckill, "GET", &path, 7, Role::Admin);
+    let as_stock = keys::as_service(Peer::Stock, Peer::Seckill, "GET", &path);
+    for (who, credential) in [("a user's", Some(as_user)), ("stock-service's", Some(as_stock)), ("no", None)]
+    {
+        let (status, body) = read(credential).await;
+        assert!([401, 403].contains(&status), "{who} credential: {status} {body}");
+        assert!(body.get("start_ms").is_none(), "{who} credential: {body}");
+    }
+    // A sale without a room, and no sale.
+    let plain = app.open_sale(1).await;
+    for g in [plain.id.get(), 999_999] {
+        let path = format!("/internal/gateway/rooms/{g}");
+        let credential = keys::as_service(Peer::Gateway, Peer::Seckill, "GET", &path);
+        let res = app.http.get(app.url(&path)).header(credential.0, credential.1).send().await.unwrap();
+        assert_eq!(res.status(), 404, "sale {g}");
+    }
 }

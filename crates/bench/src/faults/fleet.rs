@@ -257,6 +257,12 @@ impl Fleet {
                 self.link_key(from, me),
             ));
         }
+        if matches!(svc, Svc::Gateway | Svc::Seckill) {
+            env.push((
+                "SECKILL__ROOM__KEY".into(),
+                format!("faults-{}-room-key-of-the-fleet", self.key_seed),
+            ));
+        }
         env.extend(
             tuned_settings().into_iter().filter(|t| t.0 == svc).map(|t| (t.1.to_owned(), t.2.to_owned())),
         );

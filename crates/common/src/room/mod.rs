@@ -21,6 +21,7 @@ mod bodies;
 mod draw;
 pub mod scripts;
 mod token;
+mod view;
 mod work;
 
 pub use bodies::{
@@ -29,9 +30,50 @@ pub use bodies::{
 };
 pub use draw::{Draw, ROUNDS};
 pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
+pub use view::{POLL_MAX_MS, POLL_MIN_MS, POLL_SPREAD_MS, RoomState, Standing};
 pub use work::{Challenge, MAX_DIFFICULTY};
 
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
 use crate::trust::MIN_KEY_BYTES;
+
+/// `room.*`: the key room tokens are sealed with (`SECKILL__ROOM__KEY`), the same on every
+/// seckill-service replica, which issues and checks them, and on every gateway replica, which
+/// answers status polls from memory with it. A key of its own, not a link's: replacing a link
+/// key during a sale must not redraw its room (the draw's seed follows from this key).
+#[derive(Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoomSettings {
+    pub key: Option<String>,
+}
+
+impl fmt::Debug for RoomSettings {
+    // A secret: only whether it is set is printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RoomSettings").field("key", &self.key.as_ref().map(|_| "..")).finish()
+    }
+}
+
+impl RoomSettings {
+    /// The key, when set; refused when shorter than [`MIN_KEY_BYTES`].
+    pub fn key(&self) -> Result<Option<RoomKey>, ConfigError> {
+        let Some(secret) = self.key.as_deref() else { return Ok(None) };
+        RoomKey::new(secret.as_bytes()).map(Some).map_err(|e| ConfigError::at("room.key", e.to_string()))
+    }
+
+    /// The key a service that issues room tokens cannot run without.
+    pub fn required_key(&self) -> Result<RoomKey, ConfigError> {
+        self.key()?.ok_or_else(|| {
+            ConfigError::at(
+                "room.key",
+                "is not set; there is no built-in key (e.g. `openssl rand -base64 48`)",
+            )
+        })
+    }
+}
 
 /// Why a room token, a challenge or a key was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

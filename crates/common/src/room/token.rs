@@ -49,16 +49,6 @@ impl RoomKey {
         Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, secret)))
     }
 
-    /// A room key derived from another secret (HMAC-SHA256 of a label under it): a service's
-    /// own key turned into one no other use of that key can produce a tag of.
-    pub fn derive(secret: &[u8]) -> Result<Self, RoomError> {
-        if secret.len() < MIN_KEY_BYTES {
-            return Err(RoomError::KeyTooShort(secret.len()));
-        }
-        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), b"seckill/room/v1/key");
-        Self::new(tag.as_ref())
-    }
-
     /// The seed of `sale`'s draw: secret until the opening, the same on every replica, and
     /// never stored (a room's whole draw follows from the key and the sale).
     pub fn seed_of(&self, sale: GoodsId) -> [u8; 32] {

@@ -105,3 +105,88 @@ async fn two_replicas_give_one_place_each_and_admit_at_one_rate() {
     let last = counts.last().unwrap().1;
     assert!(last >= 60, "the room moved at about {RATE} a second: {counts:?}");
 }
+
+/// One status poll of `g` through the gateway: its status and body.
+async fn poll(sys: &System, g: seckill_common::GoodsId, token: &str, ticket: &str) -> (u16, Value) {
+    let res = sys
+        .http
+        .get(sys.url(&format!("/api/seckill/{g}/queue")))
+        .bearer_auth(token)
+        .header("x-room-ticket", ticket)
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.json().await.unwrap_or(Value::Null))
+}
+
+/// The gateway answers status polls from its mirror of the room: the answers seckill-service
+/// gives itself, and none from a mirror seckill-service stopped feeding.
+#[tokio::test]
+async fn the_gateway_answers_polls_as_seckill_service_does_and_never_from_a_stale_mirror() {
+    let mut sys = spawn_system_with(Options::default());
+    let room = WaitingRoom {
+        rate: RoomRate::PerSec(1),
+        opens_before_secs: 60,
+        admission_secs: 60,
+        pow_difficulty: 0,
+    };
+    let sale = sys.create_room_sale(10, chrono::Duration::seconds(1), chrono::Duration::hours(1), room).await;
+    let users: Vec<i64> = (1..=30).collect();
+    let tokens = sys.dev_tokens(&users).await;
+    let mut tickets = Vec::new();
+    for u in &users {
+        let (status, body) = sys.join_room(&tokens[u], sale.id).await;
+        assert_eq!(status, 200, "user {u}: {body}");
+        tickets.push((*u, tokens[u].clone(), body["ticket"].as_str().unwrap().to_owned()));
+    }
+    // Drawn at the opening; then every place is known, wherever it is answered.
+    let drawn = Instant::now();
+    loop {
+        let (_, body) = poll(&sys, sale.id, &tickets[0].1, &tickets[0].2).await;
+        if body["place"].is_u64() {
+            break;
+        }
+        assert!(drawn.elapsed() < Duration::from_secs(10), "drawn: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let replica = sys.seckill[0].url();
+    for (user, token, ticket) in &tickets {
+        let (status, through_gateway) = poll(&sys, sale.id, token, ticket).await;
+        assert_eq!(status, 200, "{through_gateway}");
+        let path = format!("/api/seckill/{}/queue", sale.id);
+        let (name, credential) = seckill_testkit::keys::as_user(
+            seckill_common::trust::Peer::Seckill,
+            "GET",
+            &path,
+            *user,
+            seckill_common::api::Role::User,
+        );
+        let itself: Value = sys
+            .http
+            .get(format!("{replica}{path}"))
+            .header(name, credential)
+            .header("x-room-ticket", ticket)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for field in ["place", "draw", "ticket"] {
+            assert_eq!(through_gateway[field], itself[field], "user {user}'s {field}");
+        }
+        // One a second comes up: the two answers may be a place apart.
+        let ahead = |v: &Value| v["ahead"].as_i64().unwrap_or(-1);
+        assert!((ahead(&through_gateway) - ahead(&itself)).abs() <= 1, "{through_gateway} vs {itself}");
+    }
+
+    // seckill-service stops: a second later the gateway answers 503, not what it last read.
+    for replica in std::mem::take(&mut sys.seckill) {
+        replica.stop().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (user, token, ticket) = &tickets[tickets.len() - 1];
+    let (status, body) = poll(&sys, sale.id, token, ticket).await;
+    assert_eq!(status, 503, "user {user}: {body}");
+}
