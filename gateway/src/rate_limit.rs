@@ -125,7 +125,18 @@ impl Limits {
     /// Takes one request from `who`'s bucket of `class`, or answers 429 `RATE_LIMITED` with
     /// `Retry-After`. Never a 5xx: a shared store that fails leaves this replica's decision.
     pub async fn take(&self, class: Class, who: Who) -> Result<(), ApiError> {
-        self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))?;
+        self.take_local(class, who)?;
+        self.take_shared(class, who).await
+    }
+
+    /// This replica's bucket alone: for an answer that costs this replica and nothing shared
+    /// (a waiting room's status from memory, `crate::rooms`).
+    pub fn take_local(&self, class: Class, who: Who) -> Result<(), ApiError> {
+        self.local[class.index()].take(&who).map_err(|wait| refused(class, wait))
+    }
+
+    /// The bucket every replica shares, once this replica's let the request through.
+    pub async fn take_shared(&self, class: Class, who: Who) -> Result<(), ApiError> {
         match &self.shared {
             Some(shared) => {
                 shared.take(class, who, self.quotas[class.index()]).await.map_err(|wait| refused(class, wait))

@@ -37,7 +37,9 @@ fn gateway(status: u16, body: &'static str) -> (TestApp, Echo) {
     let seckill = Echo::new("seckill").status(status).body(body);
     let seen = seckill.clone();
     let (seckill, order, stock) = (seckill.start(), Echo::new("order").start(), Echo::new("stock").start());
-    let s = settings(&seckill.url(), &order.url(), &stock.url());
+    let mut s = settings(&seckill.url(), &order.url(), &stock.url());
+    // Every take of the shared buckets a call to Redis: the calls count the takes.
+    s.rate_limit.lease = 1;
     (TestApp::start(s, vec![seckill, order, stock]), seen)
 }
 
@@ -93,6 +95,8 @@ async fn once_mirrored_a_room_is_answered_here_and_an_admission_there() {
     }
     assert_eq!(reached(&seckill).0, 1, "no poll of a waiting buyer reached seckill-service");
     assert_eq!(metric(&app, "gateway_room_answers_total").await, 20.0);
+    // Answered from memory: this replica's poll bucket only, no call to the shared one.
+    assert_eq!(metric(&app, "gateway_rate_limit_shared_asks_total").await, 1.0);
 
     // Left to seckill-service: a place come up (its admission), a forged ticket, a ticket of
     // another user, and no ticket.
@@ -105,6 +109,11 @@ async fn once_mirrored_a_room_is_answered_here_and_an_admission_there() {
     let res = app.get(&format!("/api/seckill/{SALE}/queue")).bearer_auth(user_token(6)).send().await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(reached(&seckill).0, 5, "each of those four went to seckill-service");
+    assert_eq!(
+        metric(&app, "gateway_rate_limit_shared_asks_total").await,
+        5.0,
+        "and took from the shared bucket"
+    );
     assert_eq!(seckill.calls.load(Ordering::SeqCst), 5 + reached(&seckill).1);
 }
 

@@ -22,16 +22,9 @@ async fn look(
 ) -> Vec<(i64, Value)> {
     futures_util::stream::iter(tickets.iter())
         .map(|(user, (token, ticket))| async move {
-            let res = sys
-                .http
-                .get(sys.url(&format!("/api/seckill/{g}/queue")))
-                .bearer_auth(token)
-                .header("x-room-ticket", ticket)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(res.status(), 200);
-            (*user, res.json::<Value>().await.unwrap())
+            let (status, body) = poll(sys, g, token, ticket).await;
+            assert_eq!(status, 200, "{body}");
+            (*user, body)
         })
         .buffer_unordered(32)
         .collect()
