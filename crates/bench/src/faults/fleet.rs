@@ -550,8 +550,10 @@ mod tests {
         let f = fleet();
         // The settings structs deny unknown sections: a stray one would stop the binary.
         let allowed = |svc| match svc {
-            Svc::Gateway => vec!["http", "log", "auth", "upstreams", "trust", "admin", "rate_limit", "redis"],
-            Svc::Seckill => vec!["http", "log", "redis", "amqp", "upstreams", "seckill", "trust"],
+            Svc::Gateway => {
+                vec!["http", "log", "auth", "upstreams", "trust", "admin", "rate_limit", "redis", "room"]
+            }
+            Svc::Seckill => vec!["http", "log", "redis", "amqp", "upstreams", "seckill", "trust", "room"],
             Svc::Order => vec!["http", "log", "database", "redis", "amqp", "upstreams", "order", "trust"],
             Svc::Stock => vec!["http", "log", "database", "amqp", "trust"],
         };
@@ -576,6 +578,8 @@ mod tests {
             key(Svc::Order, "SECKILL__TRUST__SEND__STOCK"),
             key(Svc::Seckill, "SECKILL__TRUST__SEND__STOCK")
         );
+        // The room key: the same in the gateway and seckill-service, which answer its polls.
+        assert_eq!(key(Svc::Gateway, "SECKILL__ROOM__KEY"), key(Svc::Seckill, "SECKILL__ROOM__KEY"));
         assert!(f.env(Unit::first(Svc::Order)).contains(&(
             "SECKILL__DATABASE__URL".into(),
             "postgres://p@127.0.0.1:25432/seckill_order".into()
