@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::{HttpRequest, HttpResponse, web};
 use dashmap::DashMap;
-use seckill_common::room::{Draw, QueueStatus, RoomKey, RoomState, Standing};
+use seckill_common::room::{Draw, QueueDraw, QueueStatus, RoomKey, RoomState, Standing};
 use seckill_common::{GoodsId, UserId, headers};
 use seckill_web::Lifecycle;
 use seckill_web::trust::GATEWAY_READS;
@@ -46,9 +46,18 @@ pub struct RoomMirrors {
 struct Mirror {
     seed: [u8; 32],
     commitment: String,
-    read: RwLock<Option<(Instant, RoomState)>>,
+    read: RwLock<Option<Read>>,
     /// When a buyer last asked (ms since the epoch).
     asked_ms: AtomicI64,
+}
+
+/// One read of a room, and the part of every answer that follows from it alone (the draw:
+/// the seed in hex once drawn), made once a read rather than once a poll.
+#[derive(Clone)]
+struct Read {
+    at: Instant,
+    state: RoomState,
+    draw: QueueDraw,
 }
 
 fn now_ms() -> i64 {
@@ -66,20 +75,21 @@ impl Mirror {
         }
     }
 
-    /// The state read less than [`STALE`] ago.
-    fn fresh(&self) -> Option<RoomState> {
+    /// The read made less than [`STALE`] ago.
+    fn fresh(&self) -> Option<Read> {
         let read = self.read.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        read.as_ref().filter(|(at, _)| at.elapsed() < STALE).map(|(_, state)| state.clone())
+        read.as_ref().filter(|r| r.at.elapsed() < STALE).cloned()
     }
 
     /// A new read. Replicas read Redis at their own ticks: the count of places come up never
     /// goes back because the read came from one a little behind.
     fn store(&self, mut state: RoomState) {
         let mut read = self.read.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, before)) = read.as_ref() {
-            state.admitted = state.admitted.max(before.admitted);
+        if let Some(before) = read.as_ref() {
+            state.admitted = state.admitted.max(before.state.admitted);
         }
-        *read = Some((Instant::now(), state));
+        let draw = state.draw(&self.seed, &self.commitment);
+        *read = Some(Read { at: Instant::now(), state, draw });
     }
 }
 
@@ -101,17 +111,16 @@ impl RoomMirrors {
     pub fn answer(&self, g: GoodsId, user: UserId, req: &HttpRequest) -> Option<HttpResponse> {
         let key = self.key.as_ref()?;
         let mirror = self.rooms.get(&g)?.clone();
-        mirror.asked_ms.store(now_ms(), Ordering::Relaxed);
-        let state = mirror.fresh()?;
+        let now = now_ms();
+        mirror.asked_ms.store(now, Ordering::Relaxed);
+        let Read { state, draw, .. } = mirror.fresh()?;
         let ticket = req.headers().get(headers::ROOM_TICKET)?.to_str().ok()?;
         let held = key.open_ticket(ticket, g, user).ok()?;
-        let now = now_ms();
         let standing = state.standing(&mirror.seed, held.join, now);
         if matches!(standing, Standing::CameUp { .. }) {
             return None;
         }
         let poll_after_ms = state.poll_after_ms(&standing, held.join, now);
-        let draw = state.draw(&mirror.seed, &mirror.commitment);
         let status = QueueStatus::of(key, ticket.to_owned(), standing, draw, poll_after_ms);
         metrics::counter!("gateway_room_answers_total").increment(1);
         Some(HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status))

@@ -11,7 +11,6 @@ use actix_web::http::header::HeaderValue;
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, HttpRequest, HttpResponse, Resource, ResponseError, Route, web};
-use seckill_common::GoodsId;
 use seckill_common::api::{DevTokenRequest, TokenResponse};
 use seckill_web::{ApiError, health, method_not_allowed};
 use serde_json::json;
@@ -19,7 +18,7 @@ use serde_json::json;
 use crate::openapi;
 use crate::proxy::Service;
 use crate::rate_limit::{Class, Who};
-use crate::state::Gateway;
+use crate::state::{Gateway, goods_of};
 use crate::storefront::{self, Storefront};
 
 /// One public route: the one list that both registers the routes and is checked against the
@@ -328,11 +327,6 @@ async fn queue_status(
         gateway.rooms.watch(g);
     }
     Ok(res)
-}
-
-/// The sale a `/api/seckill/{goods_id}/...` route names, when it is an id.
-fn goods_of(req: &HttpRequest) -> Option<GoodsId> {
-    req.match_info().get("goods_id").and_then(|v| v.parse().ok())
 }
 
 /// `GET /api/seckill/{id}/result`: a token and the user's polling limit.

@@ -45,6 +45,11 @@ pub struct Gateway {
     pub rooms: RoomMirrors,
 }
 
+/// The sale a `/api/seckill/{goods_id}/...` route names, when it is an id.
+pub(crate) fn goods_of(req: &HttpRequest) -> Option<GoodsId> {
+    req.match_info().get("goods_id").and_then(|v| v.parse().ok())
+}
+
 /// The last round of upstream health checks and when it ended.
 #[derive(Default)]
 pub struct LastReadiness(Mutex<Option<(Instant, Arc<[Check]>)>>);
@@ -104,7 +109,7 @@ impl Gateway {
         if let Some(address) = joining_from {
             self.limits.take(Class::Join, address).await?;
         }
-        let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
+        let goods = goods_of(req);
         if let Some(answer) = goods.and_then(|g| self.closed.answer(g)) {
             return Ok(answer);
         }

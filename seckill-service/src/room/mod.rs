@@ -64,7 +64,6 @@ impl Rooms {
 pub struct RoomView {
     pub goods: GoodsId,
     pub room: WaitingRoom,
-    pub start_ms: i64,
     pub opens_ms: i64,
     seed: [u8; 32],
     commitment: String,
@@ -88,9 +87,8 @@ struct Seen {
 
 impl RoomView {
     fn new(goods: &Goods, room: WaitingRoom, seed: [u8; 32]) -> Self {
-        let start_ms = goods.start_at.timestamp_millis();
         let state = RoomState {
-            start_ms,
+            start_ms: goods.start_at.timestamp_millis(),
             end_ms: goods.end_at.timestamp_millis(),
             rate: match room.rate {
                 RoomRate::PerSec(n) => f64::from(n),
@@ -101,7 +99,6 @@ impl RoomView {
         Self {
             goods: goods.id,
             room,
-            start_ms,
             opens_ms: room.opens_at(goods.start_at).timestamp_millis(),
             seed,
             commitment: Draw::commitment(&seed),

@@ -86,7 +86,9 @@ async fn upkeep(state: &AppState, sale: &Sale, view: &RoomView, leading: &mut Le
         return Ok(());
     }
     let store = &state.rooms.store;
-    if now >= view.start_ms && store.lead(view.goods, &state.rooms.replica, LEAD_MS).await? {
+    if now >= sale.goods.start_at.timestamp_millis()
+        && store.lead(view.goods, &state.rooms.replica, LEAD_MS).await?
+    {
         lead(state, sale, view, leading, now).await?;
     }
     refresh(state, sale, view, now).await
