@@ -700,7 +700,7 @@ mod operations {
     /// Places ahead, the estimated wait and the state: `waiting`, `admitted` (with the
     /// admission the sale's token and order routes ask for), `sold_out`, or `closed` (the sale
     /// ended, or the admission's life did). Answered from the gateway's memory (its copy of the
-    /// room, a tick or two behind; the admission itself from seckill-service's): ask again
+    /// room, a tick or two behind, which holds when each place came up): ask again
     /// after `poll_after_ms` (sooner as the place nears). The `draw` shows the commitment to
     /// the seed before the opening and the seed after, so anyone can recompute every early
     /// joiner's place.

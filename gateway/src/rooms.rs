@@ -3,9 +3,9 @@
 //! mirrors each room it has answered for (seckill-service's `GET /internal/gateway/rooms/{id}`,
 //! every [`TICK`]) and answers from the mirror with the code seckill-service answers with
 //! (`seckill_common::room::view`): the ticket checked with the room key, the place from the
-//! draw, the rest from the mirrored state. Forwarded to seckill-service instead: an admission
-//! (when the place came up, only its marks tell), a ticket this key does not open (its answer
-//! is the refusal), a room not mirrored yet or whose mirror is older than [`STALE`] (a
+//! draw, the admission from the marks of when places came up, the rest from the mirrored
+//! state. Forwarded to seckill-service instead: a ticket this key does not open (its answer is
+//! the refusal), a room not mirrored yet or whose mirror is older than [`STALE`] (a
 //! seckill-service that stopped answering is then answered for by its own 503).
 //!
 //! A room is mirrored once seckill-service answered a join or a status of it `200` (so only
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use actix_web::http::header::{CacheControl, CacheDirective};
 use actix_web::{HttpRequest, HttpResponse, web};
 use dashmap::DashMap;
-use seckill_common::room::{Draw, QueueDraw, QueueStatus, RoomKey, RoomState, Standing};
+use seckill_common::room::{CameUpMarks, Draw, QueueDraw, QueueStatus, RoomKey, RoomSnapshot, RoomState};
 use seckill_common::{GoodsId, UserId, headers};
 use seckill_web::Lifecycle;
 use seckill_web::trust::GATEWAY_READS;
@@ -46,18 +46,22 @@ pub struct RoomMirrors {
 struct Mirror {
     seed: [u8; 32],
     commitment: String,
-    read: RwLock<Option<Read>>,
+    read: RwLock<Read>,
     /// When a buyer last asked (ms since the epoch).
     asked_ms: AtomicI64,
 }
 
-/// One read of a room, and the part of every answer that follows from it alone (the draw:
-/// the seed in hex once drawn), made once a read rather than once a poll.
-#[derive(Clone)]
+/// The reads of a room so far, and the part of every answer that follows from them alone
+/// (the draw: the seed in hex once drawn), made once a read rather than once a poll.
+#[derive(Default)]
 struct Read {
-    at: Instant,
+    /// When the last read was made; none yet.
+    at: Option<Instant>,
     state: RoomState,
     draw: QueueDraw,
+    came_up: CameUpMarks,
+    /// How long an admission lives.
+    life_ms: i64,
 }
 
 fn now_ms() -> i64 {
@@ -70,26 +74,34 @@ impl Mirror {
         Self {
             seed,
             commitment: Draw::commitment(&seed),
-            read: RwLock::new(None),
+            read: RwLock::new(Read::default()),
             asked_ms: AtomicI64::new(now_ms()),
         }
     }
 
-    /// The read made less than [`STALE`] ago.
-    fn fresh(&self) -> Option<Read> {
-        let read = self.read.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        read.as_ref().filter(|r| r.at.elapsed() < STALE).cloned()
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Read> {
+        self.read.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The places come up by the last mark held: the next read asks for the later ones.
+    fn since(&self) -> u64 {
+        self.read().came_up.last()
     }
 
     /// A new read. Replicas read Redis at their own ticks: the count of places come up never
     /// goes back because the read came from one a little behind.
-    fn store(&self, mut state: RoomState) {
+    fn store(&self, snapshot: RoomSnapshot, now_ms: i64) {
+        let RoomSnapshot { mut state, admission_secs, came_up } = snapshot;
         let mut read = self.read.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(before) = read.as_ref() {
-            state.admitted = state.admitted.max(before.state.admitted);
-        }
-        let draw = state.draw(&self.seed, &self.commitment);
-        *read = Some(Read { at: Instant::now(), state, draw });
+        state.admitted = state.admitted.max(read.state.admitted);
+        read.life_ms = i64::from(admission_secs) * 1000;
+        read.came_up.merge(came_up);
+        // As seckill-service keeps them: an admission's life and a second.
+        let forget_before = now_ms - read.life_ms - 1000;
+        read.came_up.forget_before(forget_before);
+        read.draw = state.draw(&self.seed, &self.commitment);
+        read.state = state;
+        read.at = Some(Instant::now());
     }
 }
 
@@ -113,14 +125,15 @@ impl RoomMirrors {
         let mirror = self.rooms.get(&g)?.clone();
         let now = now_ms();
         mirror.asked_ms.store(now, Ordering::Relaxed);
-        let Read { state, draw, .. } = mirror.fresh()?;
         let ticket = req.headers().get(headers::ROOM_TICKET)?.to_str().ok()?;
         let held = key.open_ticket(ticket, g, user).ok()?;
-        let standing = state.standing(&mirror.seed, held.join, now);
-        if matches!(standing, Standing::CameUp { .. }) {
-            return None;
-        }
-        let poll_after_ms = state.poll_after_ms(&standing, held.join, now);
+        let (standing, poll_after_ms, draw) = {
+            let read = mirror.read();
+            read.at.filter(|at| at.elapsed() < STALE)?;
+            let standing = read.state.standing(&mirror.seed, held.join, now);
+            let standing = read.came_up.resolve(standing, g, user, read.life_ms, now);
+            (standing, read.state.poll_after_ms(&standing, held.join, now), read.draw.clone())
+        };
         let status = QueueStatus::of(key, ticket.to_owned(), standing, draw, poll_after_ms);
         metrics::counter!("gateway_room_answers_total").increment(1);
         Some(HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status))
@@ -132,9 +145,10 @@ impl RoomMirrors {
         let rooms: Vec<(GoodsId, Arc<Mirror>)> =
             self.rooms.iter().map(|r| (*r.key(), r.value().clone())).collect();
         let reads = rooms.iter().map(|(g, mirror)| async move {
-            match proxy.get(Service::Seckill, &format!("{GATEWAY_READS}rooms/{g}")).await {
-                Ok((200, body)) => match serde_json::from_slice::<RoomState>(&body) {
-                    Ok(state) => mirror.store(state),
+            let path = format!("{GATEWAY_READS}rooms/{g}?since={}", mirror.since());
+            match proxy.get(Service::Seckill, &path).await {
+                Ok((200, body)) => match serde_json::from_slice::<RoomSnapshot>(&body) {
+                    Ok(snapshot) => mirror.store(snapshot, now_ms()),
                     Err(e) => tracing::warn!(goods_id = %g, error = %e, "a room's state did not parse"),
                 },
                 // The sale is gone (or has no room): nothing to answer for.

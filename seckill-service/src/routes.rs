@@ -29,7 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         // The room's state, which the gateway answers status polls from (seckill_web::trust).
         .service(
             internal_route("/internal/gateway/rooms/{goods_id}", &[Peer::Gateway])
-                .route(web::get().to(queue::room_state)),
+                .route(web::get().to(queue::room_snapshot)),
         );
 }
 

@@ -1,14 +1,14 @@
 //! A waiting room's status polls answered by the gateway from its mirror of the room
 //! (`GET /internal/gateway/rooms/{id}`, read every 100 ms with the gateway's credential): no
-//! hop once the room is mirrored; an admission, a ticket the room key does not open, another
-//! user's ticket and a room seckill-service does not know are still seckill-service's to
-//! answer.
+//! hop once the room is mirrored, an admission included; a ticket the room key does not open,
+//! another user's ticket and a room seckill-service does not know are still seckill-service's
+//! to answer.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use seckill_common::room::scripts::AFTER_BASE;
-use seckill_common::room::{PlaceTicket, RoomKey, RoomState};
+use seckill_common::room::{CameUpMarks, PlaceTicket, RoomKey, RoomSnapshot, RoomState};
 use seckill_common::{GoodsId, UserId};
 use seckill_testkit::keys;
 use serde_json::Value;
@@ -17,19 +17,23 @@ use crate::helpers::{Echo, TestApp, metric, settings, user_token};
 
 const SALE: i64 = 7;
 
-/// The room seckill-service describes: 10 drawn, 20 joined after the opening, 15 come up, 5 a
-/// second.
-fn room_state() -> RoomState {
-    let now = chrono::Utc::now().timestamp_millis();
-    RoomState {
-        start_ms: now - 60_000,
+/// How long an admission lives in the room described.
+const LIFE_MS: i64 = 60_000;
+
+/// The room seckill-service describes at `now`: 10 drawn, 20 joined after the opening, 15 come
+/// up (the first 12 more than an admission's life ago, the last 3 a second ago), 5 a second.
+fn room_snapshot(now: i64) -> RoomSnapshot {
+    let state = RoomState {
+        start_ms: now - 600_000,
         end_ms: now + 3_600_000,
         drawn: Some(10),
         after: 20,
         admitted: 15,
         rate: 5.0,
         sold_out: false,
-    }
+    };
+    let came_up = CameUpMarks::new(vec![(now - 2 * LIFE_MS, 12), (now - 1_000, 15)]);
+    RoomSnapshot { state, admission_secs: (LIFE_MS / 1000) as u32, came_up }
 }
 
 /// A gateway whose seckill-service answers every call `status` with `body`.
@@ -69,8 +73,9 @@ fn reached(seckill: &Echo) -> (usize, usize) {
 }
 
 #[tokio::test]
-async fn once_mirrored_a_room_is_answered_here_and_an_admission_there() {
-    let body: &'static str = Box::leak(serde_json::to_string(&room_state()).unwrap().into_boxed_str());
+async fn once_mirrored_a_room_is_answered_here_admissions_included() {
+    let now = chrono::Utc::now().timestamp_millis();
+    let body: &'static str = Box::leak(serde_json::to_string(&room_snapshot(now)).unwrap().into_boxed_str());
     let (app, seckill) = gateway(200, body);
     let key = keys::room_key();
     let waiting = ticket(&key, 1, 10);
@@ -93,28 +98,41 @@ async fn once_mirrored_a_room_is_answered_here_and_an_admission_there() {
         assert_eq!(status_body["draw"]["joined_before"], 10);
         assert_eq!(status_body["draw"]["seed"].as_str().map(str::len), Some(64), "the seed, once drawn");
     }
-    assert_eq!(reached(&seckill).0, 1, "no poll of a waiting buyer reached seckill-service");
-    assert_eq!(metric(&app, "gateway_room_answers_total").await, 20.0);
+
+    // A place come up a second ago (place 13 from 1): admitted here, with an admission that
+    // opens with the room key and lives until an admission's life after that second.
+    let (status, admitted) = poll(&app, 2, &ticket(&key, 2, 2)).await;
+    assert_eq!((status, admitted["state"].as_str()), (200, Some("admitted")), "{admitted}");
+    assert_eq!(admitted["place"], 13);
+    let sealed = admitted["admission"].as_str().expect("an admission");
+    let (sale, user) = (GoodsId::new(SALE).unwrap(), UserId::new(2).unwrap());
+    let admission = key.open_admission(sealed, sale, user, now).expect("sealed with the room key");
+    assert_eq!(admission.expires_ms, now - 1_000 + LIFE_MS, "from the mark of when the place came up");
+    assert_eq!(admission.place, 12);
+    // A place that came up before the oldest mark kept: its admission is over.
+    let (status, closed) = poll(&app, 2, &ticket(&key, 2, 1)).await;
+    assert_eq!((status, closed["state"].as_str(), closed["place"].as_u64()), (200, Some("closed"), Some(12)));
+    assert!(closed["admission"].is_null());
+
+    assert_eq!(reached(&seckill).0, 1, "no poll but the first reached seckill-service");
+    assert_eq!(metric(&app, "gateway_room_answers_total").await, 22.0);
     // Answered from memory: this replica's poll bucket only, no call to the shared one.
     assert_eq!(metric(&app, "gateway_rate_limit_shared_asks_total").await, 1.0);
 
-    // Left to seckill-service: a place come up (its admission), a forged ticket, a ticket of
-    // another user, and no ticket.
-    let came_up = ticket(&key, 2, 2);
+    // Left to seckill-service: a forged ticket, a ticket of another user, and no ticket.
     let forged = ticket(&RoomKey::new(b"0123456789abcdef0123456789abcdef-not-the-key").unwrap(), 3, 10);
     let someone_elses = ticket(&key, 4, 10);
-    assert_eq!(poll(&app, 2, &came_up).await.0, 200);
     assert_eq!(poll(&app, 3, &forged).await.0, 200);
     assert_eq!(poll(&app, 5, &someone_elses).await.0, 200);
     let res = app.get(&format!("/api/seckill/{SALE}/queue")).bearer_auth(user_token(6)).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    assert_eq!(reached(&seckill).0, 5, "each of those four went to seckill-service");
+    assert_eq!(reached(&seckill).0, 4, "each of those three went to seckill-service");
     assert_eq!(
         metric(&app, "gateway_rate_limit_shared_asks_total").await,
-        5.0,
+        4.0,
         "and took from the shared bucket"
     );
-    assert_eq!(seckill.calls.load(Ordering::SeqCst), 5 + reached(&seckill).1);
+    assert_eq!(seckill.calls.load(Ordering::SeqCst), 4 + reached(&seckill).1);
 }
 
 #[tokio::test]

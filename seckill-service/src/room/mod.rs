@@ -13,13 +13,14 @@
 pub mod store;
 pub mod ticker;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
 use seckill_common::api::Goods;
-use seckill_common::room::{Admission, Draw, QueueDraw, RoomKey, RoomRate, RoomState, Standing, WaitingRoom};
+use seckill_common::room::{
+    CameUpMarks, Draw, QueueDraw, RoomKey, RoomRate, RoomSnapshot, RoomState, Standing, WaitingRoom,
+};
 use seckill_common::{GoodsId, UserId};
 
 pub use store::RoomStore;
@@ -78,11 +79,8 @@ struct Seen {
     /// Read from Redis at least once.
     known: bool,
     state: RoomState,
-    /// `(instant ms, places admitted)` each time a place came up, oldest first, for the last
-    /// admission's life.
-    marks: VecDeque<(i64, u64)>,
-    /// Places below this came up before the oldest mark kept: their admission has ended.
-    forgotten_below: u64,
+    /// When places came up, for the last admission's life.
+    came_up: CameUpMarks,
 }
 
 impl RoomView {
@@ -115,9 +113,15 @@ impl RoomView {
         self.seen.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The room as this replica last read it: what the gateway mirrors.
-    pub fn state(&self) -> RoomState {
-        self.seen().state.clone()
+    /// The room as this replica last read it, with the marks past `since`: what the gateway
+    /// mirrors.
+    pub fn snapshot(&self, since: u64) -> RoomSnapshot {
+        let seen = self.seen();
+        RoomSnapshot {
+            state: seen.state.clone(),
+            admission_secs: self.room.admission_secs,
+            came_up: seen.came_up.since(since),
+        }
     }
 
     /// The draw as anyone may check it: the seed only once the sale has opened and drawn.
@@ -129,15 +133,12 @@ impl RoomView {
     pub fn standing(&self, code: u64, user: UserId, now_ms: i64) -> Standing {
         let seen = self.seen();
         let standing = seen.state.standing(&self.seed, code, now_ms);
-        let Standing::CameUp { place } = standing else { return standing };
-        let Some(began) = seen.came_up(place) else {
-            return Standing::Closed { place: Some(place) };
-        };
-        let expires_ms = began + i64::from(self.room.admission_secs) * 1000;
-        if expires_ms < now_ms {
-            return Standing::Closed { place: Some(place) };
-        }
-        Standing::Admitted { place, admission: Admission { sale: self.goods, user, place, expires_ms } }
+        seen.came_up.resolve(standing, self.goods, user, self.life_ms(), now_ms)
+    }
+
+    /// How long an admission lives.
+    fn life_ms(&self) -> i64 {
+        i64::from(self.room.admission_secs) * 1000
     }
 
     /// When the holder of join `code` should ask again ([`RoomState::poll_after_ms`]).
@@ -188,46 +189,23 @@ impl RoomView {
             seen.state.rate = rate;
         }
         seen.state.sold_out = sold_out;
-        let last = seen.marks.back().map_or(0, |m| m.1);
-        seen.marks.extend(o.marks.iter().filter(|m| m.1 > last));
+        seen.came_up.extend(o.marks.iter().copied());
         // Admitted past every mark read (none was kept: the leader's list is new): from now.
-        let marked = seen.marks.back().map_or(0, |m| m.1);
+        let marked = seen.came_up.last();
         if o.admitted > marked {
-            seen.marks.push_back((now_ms, o.admitted));
+            seen.came_up.extend([(now_ms, o.admitted)]);
         }
         seen.state.admitted = seen.state.admitted.max(o.admitted).max(marked);
-        let life_ms = i64::from(self.room.admission_secs) * 1000;
-        seen.forget_before(now_ms - life_ms - 1000);
+        seen.came_up.forget_before(now_ms - self.life_ms() - 1000);
     }
 
     /// The marks Redis kept, read once as this replica meets the room: admissions that began
     /// before it started end when they would have.
     pub fn remember(&self, marks: Vec<(i64, u64)>) {
         let mut seen = self.seen_mut();
-        if seen.marks.is_empty() {
-            seen.marks = marks.into();
-            seen.state.admitted = seen.state.admitted.max(seen.marks.back().map_or(0, |m| m.1));
-        }
-    }
-}
-
-impl Seen {
-    /// When place `p` (admitted) came up: the first mark past it. `None` when that was before
-    /// the marks kept (its admission has ended).
-    fn came_up(&self, p: u64) -> Option<i64> {
-        if p < self.forgotten_below {
-            return None;
-        }
-        let i = self.marks.partition_point(|&(_, admitted)| admitted <= p);
-        // Past every mark: admitted as this replica met the room, so from its first read.
-        self.marks.get(i).or(self.marks.back()).map(|m| m.0)
-    }
-
-    fn forget_before(&mut self, t_ms: i64) {
-        while self.marks.len() > 1 && self.marks.front().is_some_and(|m| m.0 < t_ms) {
-            if let Some((_, admitted)) = self.marks.pop_front() {
-                self.forgotten_below = admitted;
-            }
+        if seen.came_up.is_empty() {
+            seen.came_up = CameUpMarks::new(marks);
+            seen.state.admitted = seen.state.admitted.max(seen.came_up.last());
         }
     }
 }
@@ -310,8 +288,8 @@ mod tests {
         for i in 1..=100 {
             v.observed(&observed(1_000, 0, i * 10), false, 11_000 + i64::try_from(i).unwrap() * 1_000);
         }
-        assert!(v.seen().marks.len() <= 13, "{} marks kept", v.seen().marks.len());
-        let p = |code| v.state().place(&v.seed, code).unwrap();
+        assert!(v.seen().came_up.len() <= 13, "{} marks kept", v.seen().came_up.len());
+        let p = |code| v.seen().state.place(&v.seed, code).unwrap();
         let early = (0..1_000).find(|&c| p(c) < 50).unwrap();
         assert_eq!(v.standing(early, user(), 111_000), Standing::Closed { place: Some(p(early)) });
         let late = (0..1_000).find(|&c| (995..1_000).contains(&p(c))).unwrap();

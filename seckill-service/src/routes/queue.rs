@@ -10,11 +10,12 @@ use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use seckill_common::room::{
-    Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueStatus, RoomError, RoomState, WaitingRoom,
+    Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueStatus, RoomError, RoomSnapshot, WaitingRoom,
 };
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
 use seckill_web::trust::ServiceCaller;
 use seckill_web::{ApiError, AuthUser};
+use serde::Deserialize;
 
 use crate::room::store::Work;
 use crate::room::{RoomView, ticker};
@@ -178,17 +179,27 @@ fn answer(
     HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status)
 }
 
-/// `GET /internal/gateway/rooms/{goods_id}` (the gateway's credential): the room as this
-/// replica sees it, which the gateway answers status polls from.
-pub async fn room_state(
+/// The query of `GET /internal/gateway/rooms/{goods_id}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotQuery {
+    /// Places come up by the last mark the gateway holds: only later marks are sent.
+    #[serde(default)]
+    since: u64,
+}
+
+/// `GET /internal/gateway/rooms/{goods_id}?since=N` (the gateway's credential): the room as
+/// this replica sees it, which the gateway answers status polls from.
+pub async fn room_snapshot(
     _gateway: ServiceCaller,
     state: web::Data<AppState>,
     path: web::Path<GoodsId>,
-) -> Result<web::Json<RoomState>, ApiError> {
+    query: web::Query<SnapshotQuery>,
+) -> Result<web::Json<RoomSnapshot>, ApiError> {
     let sale = state.sales.get(*path).await?;
     room_of(&sale)?;
     let view = view_of(&state, &sale, now_ms()).await?;
-    Ok(web::Json(view.state()))
+    Ok(web::Json(view.snapshot(query.since)))
 }
 
 /// On a sale with a waiting room, the buy routes ask for the buyer's admission

@@ -549,14 +549,26 @@ async fn the_room_state_is_the_gateways_to_read_alone() {
         }
         async move { answer(req.send().await.unwrap()).await }
     };
-    let (status, state) = read(Some(keys::as_service(Peer::Gateway, Peer::Seckill, "GET", &path))).await;
-    assert_eq!(status, 200, "{state}");
+    let (status, snapshot) = read(Some(keys::as_service(Peer::Gateway, Peer::Seckill, "GET", &path))).await;
+    assert_eq!(status, 200, "{snapshot}");
+    let state = &snapshot["state"];
     assert_eq!(state["start_ms"], sale.start_at.timestamp_millis());
     assert_eq!(state["end_ms"], sale.end_at.timestamp_millis());
     assert_eq!(
         (state["drawn"].clone(), state["admitted"].clone(), state["rate"].clone()),
         (json!(null), json!(0), json!(10.0))
     );
+    assert_eq!(snapshot["admission_secs"], room(10)["admission_secs"]);
+    assert_eq!(snapshot["came_up"]["marks"], json!([]), "no place has come up");
+    // Marks past a count of places: the query is read, and a bad one refused.
+    let with = |query: &str| {
+        let credential = keys::as_service(Peer::Gateway, Peer::Seckill, "GET", &path);
+        let req = app.http.get(app.url(&format!("{path}?{query}"))).header(credential.0, credential.1);
+        async move { answer(req.send().await.unwrap()).await }
+    };
+    assert_eq!(with("since=3").await.0, 200);
+    let (status, body) = with("since=-1").await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_INPUT")), "{body}");
 
     let as_user = keys::as_user(Peer::Seckill, "GET", &path, 7, Role::Admin);
     let as_stock = keys::as_service(Peer::Stock, Peer::Seckill, "GET", &path);
@@ -564,7 +576,7 @@ async fn the_room_state_is_the_gateways_to_read_alone() {
     {
         let (status, body) = read(credential).await;
         assert!([401, 403].contains(&status), "{who} credential: {status} {body}");
-        assert!(body.get("start_ms").is_none(), "{who} credential: {body}");
+        assert!(body.get("state").is_none(), "{who} credential: {body}");
     }
     // A sale without a room, and no sale.
     let plain = app.open_sale(1).await;

@@ -197,7 +197,7 @@ pub enum QueueState {
 
 /// How the places of those who joined before the opening were drawn, so anyone can check:
 /// `seed` hashes (SHA-256, hex) to `commitment`, published before the opening.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct QueueDraw {
     pub commitment: String,
     /// Hex; shown once the sale has opened.

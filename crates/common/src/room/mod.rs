@@ -30,7 +30,7 @@ pub use bodies::{
 };
 pub use draw::{Draw, ROUNDS};
 pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
-pub use view::{POLL_MAX_MS, POLL_MIN_MS, POLL_SPREAD_MS, RoomState, Standing};
+pub use view::{CameUpMarks, POLL_MAX_MS, POLL_MIN_MS, POLL_SPREAD_MS, RoomSnapshot, RoomState, Standing};
 pub use work::{Challenge, MAX_DIFFICULTY};
 
 use std::fmt;

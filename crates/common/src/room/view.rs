@@ -1,15 +1,17 @@
 //! Where a buyer stands in a sale's waiting room, from what every replica knows of the room
-//! at an instant ([`RoomState`]). seckill-service reads that state from Redis every tick; the
-//! gateway mirrors it from seckill-service (`GET /internal/gateway/rooms/{id}`). Both answer a
-//! status poll with this code, so the answer is the same whoever gives it. Only an admission
-//! needs more than the state (when its place came up, from the leader's marks): the gateway
-//! leaves that answer ([`Standing::CameUp`]) to seckill-service.
+//! at an instant ([`RoomState`]) and of when places came up ([`CameUpMarks`]). seckill-service
+//! reads both from Redis every tick; the gateway mirrors them from seckill-service
+//! (`GET /internal/gateway/rooms/{id}`, a [`RoomSnapshot`]). Both answer a status poll with
+//! this code, so the answer is the same whoever gives it.
+
+use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::scripts::AFTER_BASE;
 use super::{Admission, Draw, QueueDraw, QueueState, QueueStatus, RoomKey};
+use crate::{GoodsId, UserId};
 
 /// The bounds of the next poll a status answer asks for ([`RoomState::poll_after_ms`]).
 pub const POLL_MIN_MS: u64 = 500;
@@ -44,7 +46,7 @@ pub enum Standing {
         wait_secs: Option<u64>,
     },
     /// The place has come up: admitted while its admission lives, which only the leader's
-    /// marks tell (seckill-service turns this into `Admitted` or `Closed`).
+    /// marks tell ([`CameUpMarks::resolve`] turns this into `Admitted` or `Closed`).
     CameUp {
         place: u64,
     },
@@ -120,6 +122,108 @@ impl RoomState {
             joined_before: self.drawn,
         }
     }
+}
+
+/// When places came up, over the last admission's life: the leader's marks `(instant ms,
+/// places admitted by then)`, oldest first. An admission ends its life after the instant its
+/// place came up by these marks, so every replica and every gateway ends it at the same one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CameUpMarks {
+    marks: VecDeque<(i64, u64)>,
+    /// Places below this came up before the oldest mark kept: their admission has ended.
+    forgotten_below: u64,
+}
+
+impl CameUpMarks {
+    pub fn new(marks: Vec<(i64, u64)>) -> Self {
+        Self { marks: marks.into(), forgotten_below: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.marks.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.marks.len()
+    }
+
+    /// Places come up by the last mark.
+    pub fn last(&self) -> u64 {
+        self.marks.back().map_or(0, |m| m.1)
+    }
+
+    /// The marks past the last one kept (the others are known already).
+    pub fn extend(&mut self, marks: impl IntoIterator<Item = (i64, u64)>) {
+        let last = self.last();
+        self.marks.extend(marks.into_iter().filter(|m| m.1 > last));
+    }
+
+    /// What a copy holding the marks up to `admitted` lacks.
+    pub fn since(&self, admitted: u64) -> Self {
+        let marks = self.marks.iter().filter(|m| m.1 > admitted).copied().collect();
+        Self { marks, forgotten_below: self.forgotten_below }
+    }
+
+    /// A newer copy's marks ([`CameUpMarks::since`] this one's last) taken in.
+    pub fn merge(&mut self, newer: Self) {
+        self.forgotten_below = self.forgotten_below.max(newer.forgotten_below);
+        self.extend(newer.marks);
+    }
+
+    /// Drops the marks older than `t_ms` (one is always kept): their places' admissions ended.
+    pub fn forget_before(&mut self, t_ms: i64) {
+        while self.marks.len() > 1 && self.marks.front().is_some_and(|m| m.0 < t_ms) {
+            if let Some((_, admitted)) = self.marks.pop_front() {
+                self.forgotten_below = admitted;
+            }
+        }
+    }
+
+    /// When place `p` (admitted) came up: the first mark past it. `None` when that was before
+    /// the marks kept (its admission has ended).
+    pub fn came_up(&self, p: u64) -> Option<i64> {
+        if p < self.forgotten_below {
+            return None;
+        }
+        let i = self.marks.partition_point(|&(_, admitted)| admitted <= p);
+        // Past every mark: admitted as the marks' holder met the room, so from its first read.
+        self.marks.get(i).or(self.marks.back()).map(|m| m.0)
+    }
+
+    /// `standing` once a place that came up is told its admission (while it lives, `life_ms`
+    /// from the instant the place came up) or that it is closed.
+    pub fn resolve(
+        &self,
+        standing: Standing,
+        sale: GoodsId,
+        user: UserId,
+        life_ms: i64,
+        now_ms: i64,
+    ) -> Standing {
+        let Standing::CameUp { place } = standing else { return standing };
+        let Some(began) = self.came_up(place) else {
+            return Standing::Closed { place: Some(place) };
+        };
+        let expires_ms = began + life_ms;
+        if expires_ms < now_ms {
+            return Standing::Closed { place: Some(place) };
+        }
+        Standing::Admitted { place, admission: Admission { sale, user, place, expires_ms } }
+    }
+}
+
+/// The body of `GET /internal/gateway/rooms/{id}?since=N`: a room as a seckill-service replica
+/// sees it, for the gateway to answer status polls from. The marks are those past `since`
+/// (the places come up by the last mark the gateway holds): a room's marks over an hour's
+/// admission life are tens of thousands, read every tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoomSnapshot {
+    pub state: RoomState,
+    /// How long an admission lives.
+    pub admission_secs: u32,
+    pub came_up: CameUpMarks,
 }
 
 impl QueueStatus {
@@ -233,9 +337,62 @@ mod tests {
     }
 
     #[test]
-    fn the_state_crosses_the_wire_unchanged() {
-        let s = RoomState { after: 7, rate: 12.5, ..state(Some(3), 2) };
-        let back: RoomState = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+    fn a_snapshot_crosses_the_wire_unchanged() {
+        let mut came_up = CameUpMarks::new(vec![(11_000, 2), (11_100, 5)]);
+        came_up.forget_before(11_050);
+        let s = RoomSnapshot {
+            state: RoomState { after: 7, rate: 12.5, ..state(Some(3), 5) },
+            admission_secs: 60,
+            came_up,
+        };
+        let back: RoomSnapshot = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
         assert_eq!(back, s);
+    }
+
+    fn user() -> UserId {
+        UserId::new(1).unwrap()
+    }
+
+    fn sale() -> GoodsId {
+        GoodsId::new(7).unwrap()
+    }
+
+    #[test]
+    fn an_admission_ends_its_life_after_the_instant_its_place_came_up() {
+        let marks = CameUpMarks::new(vec![(12_000, 5), (12_100, 9)]);
+        let at = |place, now| marks.resolve(Standing::CameUp { place }, sale(), user(), 60_000, now);
+        let Standing::Admitted { admission, .. } = at(4, 12_500) else { panic!("admitted") };
+        assert_eq!(admission.expires_ms, 12_000 + 60_000, "from the first mark past the place");
+        let Standing::Admitted { admission, .. } = at(5, 12_500) else { panic!("admitted") };
+        assert_eq!(admission.expires_ms, 12_100 + 60_000);
+        assert_eq!(at(4, 72_001), Standing::Closed { place: Some(4) }, "its life is over");
+        let waiting = Standing::Waiting { place: Some(20), ahead: Some(11), wait_secs: Some(2) };
+        assert_eq!(marks.resolve(waiting, sale(), user(), 60_000, 12_500), waiting, "only a place come up");
+    }
+
+    #[test]
+    fn a_copy_kept_from_the_marks_past_its_last_ends_every_admission_as_the_original() {
+        let mut original = CameUpMarks::new(vec![(11_000, 3)]);
+        let mut copy = CameUpMarks::default();
+        copy.merge(original.since(copy.last()));
+        for (i, at) in (1..40).zip((11_100..).step_by(100)) {
+            original.extend([(at, 3 + i * 2)]);
+            original.forget_before(at - 1_000);
+            // The copy reads every other tick.
+            if i % 2 == 0 {
+                copy.merge(original.since(copy.last()));
+                copy.forget_before(at - 1_000);
+            }
+        }
+        copy.merge(original.since(copy.last()));
+        for place in 0..90 {
+            let standing = Standing::CameUp { place };
+            assert_eq!(
+                copy.resolve(standing, sale(), user(), 1_000, 14_500),
+                original.resolve(standing, sale(), user(), 1_000, 14_500),
+                "place {place}"
+            );
+        }
+        assert!(original.since(original.last()).is_empty(), "nothing past the last mark");
     }
 }

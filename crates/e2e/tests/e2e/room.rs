@@ -113,7 +113,7 @@ async fn poll(sys: &System, g: seckill_common::GoodsId, token: &str, ticket: &st
 }
 
 /// The gateway answers status polls from its mirror of the room: the answers seckill-service
-/// gives itself, and none from a mirror seckill-service stopped feeding.
+/// gives itself (admissions included), and none from a mirror seckill-service stopped feeding.
 #[tokio::test]
 async fn the_gateway_answers_polls_as_seckill_service_does_and_never_from_a_stale_mirror() {
     let mut sys = spawn_system_with(Options::default());
@@ -142,8 +142,19 @@ async fn the_gateway_answers_polls_as_seckill_service_does_and_never_from_a_stal
         assert!(drawn.elapsed() < Duration::from_secs(10), "drawn: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // One place a second comes up: wait for the first admission the gateway gives.
+    let admitting = Instant::now();
+    'admitted: loop {
+        for (_, token, ticket) in &tickets {
+            if poll(&sys, sale.id, token, ticket).await.1["state"] == "admitted" {
+                break 'admitted;
+            }
+        }
+        assert!(admitting.elapsed() < Duration::from_secs(10), "nobody admitted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let replica = sys.seckill[0].url();
+    let mut admitted = 0;
     for (user, token, ticket) in &tickets {
         let (status, through_gateway) = poll(&sys, sale.id, token, ticket).await;
         assert_eq!(status, 200, "{through_gateway}");
@@ -169,10 +180,18 @@ async fn the_gateway_answers_polls_as_seckill_service_does_and_never_from_a_stal
         for field in ["place", "draw", "ticket"] {
             assert_eq!(through_gateway[field], itself[field], "user {user}'s {field}");
         }
+        // An admission ends at the same instant, whoever gives it.
+        if through_gateway["state"] == "admitted" && itself["state"] == "admitted" {
+            admitted += 1;
+            for field in ["admission", "admission_expires_at"] {
+                assert_eq!(through_gateway[field], itself[field], "user {user}'s {field}");
+            }
+        }
         // One a second comes up: the two answers may be a place apart.
         let ahead = |v: &Value| v["ahead"].as_i64().unwrap_or(-1);
         assert!((ahead(&through_gateway) - ahead(&itself)).abs() <= 1, "{through_gateway} vs {itself}");
     }
+    assert!(admitted >= 1, "an admission was compared");
 
     // seckill-service stops: a second later the gateway answers 503, not what it last read.
     for replica in std::mem::take(&mut sys.seckill) {
