@@ -11,8 +11,8 @@ use std::future::{Ready, ready};
 use std::sync::Arc;
 
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
+use actix_web::dev::{Payload, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
 use actix_web::{Error, FromRequest, HttpMessage, HttpRequest, ResponseError};
 use seckill_common::trust::{AUTH_HEADER, Caller, Peer, RequestFacts, Trust, TrustError};
 use seckill_common::{ErrorCode, headers};
@@ -86,9 +86,33 @@ pub fn caller(req: &HttpRequest) -> Option<Caller> {
 #[derive(Debug, Clone, Copy)]
 pub struct AllowedCallers(pub &'static [Peer]);
 
-/// An internal route's resource, open to the services in `allowed` alone.
-pub fn internal_route(path: &str, allowed: &'static [Peer]) -> actix_web::Resource {
-    actix_web::web::resource(path).app_data(AllowedCallers(allowed))
+/// An internal route's resource, open to the services in `allowed` alone: any other caller is
+/// refused (401 or 403, as [`ServiceCaller`] words it) before the handler runs, whether the
+/// handler asks for the caller or not, so no handler can open its route by forgetting to.
+pub fn internal_route(
+    path: &str,
+    allowed: &'static [Peer],
+) -> actix_web::Resource<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = Error,
+        InitError = (),
+    >,
+> {
+    actix_web::web::resource(path).app_data(AllowedCallers(allowed)).wrap(from_fn(allowed_callers_only))
+}
+
+async fn allowed_callers_only(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, Error> {
+    match req.extract::<ServiceCaller>().await {
+        Ok(_) => next.call(req).await.map(ServiceResponse::map_into_left_body),
+        // An answer, not an error: the middlewares around see a response with its status.
+        Err(refused) => Ok(req.into_response(refused.error_response()).map_into_right_body()),
+    }
 }
 
 /// Another service calling an internal route, one of those the route's [`AllowedCallers`]
@@ -118,5 +142,50 @@ impl FromRequest for ServiceCaller {
         } else {
             Err(ApiError::new(ErrorCode::Forbidden, format!("{peer} may not call this route")))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{App, test, web};
+    use seckill_common::trust::TrustSettings;
+
+    use super::*;
+
+    /// `me`'s trust, with one key per link made up from the two names.
+    fn trust(me: Peer) -> Arc<Trust> {
+        let key = |from: Peer, to: Peer| format!("{from}-to-{to}-a-key-long-enough-for-the-link");
+        let settings = TrustSettings {
+            send: Peer::ALL.iter().map(|&to| (to.as_str().to_owned(), key(me, to))).collect(),
+            accept: Peer::ALL.iter().map(|&from| (from.as_str().to_owned(), key(from, me))).collect(),
+            ..TrustSettings::default()
+        };
+        Arc::new(Trust::new(me, &settings, &Peer::ALL, &Peer::ALL).expect("valid keys"))
+    }
+
+    /// A route open to order-service alone whose handler never asks who called: the route
+    /// itself refuses the others.
+    #[actix_web::test]
+    async fn an_internal_route_refuses_every_other_caller_even_if_its_handler_does_not_ask() {
+        let app = test::init_service(
+            App::new().app_data(web::Data::new(trust(Peer::Stock))).wrap(from_fn(middleware)).service(
+                internal_route("/internal/stock/thing", &[Peer::Order])
+                    .route(web::post().to(|| async { "done" })),
+            ),
+        )
+        .await;
+        let call = |from: Option<Peer>| {
+            let mut req = test::TestRequest::post().uri("/internal/stock/thing");
+            if let Some(from) = from {
+                let facts = RequestFacts { method: "POST", path: "/internal/stock/thing", request_id: "" };
+                req = req.insert_header((AUTH_HEADER, trust(from).sign_request(Peer::Stock, &facts, None)));
+            }
+            req.to_request()
+        };
+        assert_eq!(test::call_service(&app, call(Some(Peer::Order))).await.status(), 200);
+        for (from, status) in [(Some(Peer::Seckill), 403), (Some(Peer::Gateway), 401), (None, 401)] {
+            let res = test::call_service(&app, call(from)).await;
+            assert_eq!(res.status().as_u16(), status, "{from:?}");
+        }
     }
 }
