@@ -96,9 +96,8 @@ impl Mirror {
         state.admitted = state.admitted.max(read.state.admitted);
         read.life_ms = i64::from(admission_secs) * 1000;
         read.came_up.merge(came_up);
-        // As seckill-service keeps them: an admission's life and a second.
-        let forget_before = now_ms - read.life_ms - 1000;
-        read.came_up.forget_before(forget_before);
+        let life_ms = read.life_ms;
+        read.came_up.forget_ended(life_ms, now_ms);
         read.draw = state.draw(&self.seed, &self.commitment);
         read.state = state;
         read.at = Some(Instant::now());

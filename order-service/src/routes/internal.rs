@@ -8,7 +8,6 @@ use seckill_common::api::OrderCount;
 use seckill_common::{GoodsId, UserId};
 use seckill_db::conn;
 use seckill_web::ApiError;
-use seckill_web::trust::ServiceCaller;
 use serde::Deserialize;
 
 use crate::orders;
@@ -31,7 +30,6 @@ pub struct ActiveQuery {
 
 /// `GET /internal/orders/active?goods_id=G[&user_id=U | &after_id=A&limit=L]`.
 pub async fn active(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     query: web::Query<ActiveQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -63,7 +61,6 @@ pub struct CountQuery {
 
 /// `GET /internal/orders/count?goods_id=G`.
 pub async fn count(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     query: web::Query<CountQuery>,
 ) -> Result<HttpResponse, ApiError> {

@@ -196,7 +196,7 @@ impl RoomView {
             seen.came_up.extend([(now_ms, o.admitted)]);
         }
         seen.state.admitted = seen.state.admitted.max(o.admitted).max(marked);
-        seen.came_up.forget_before(now_ms - self.life_ms() - 1000);
+        seen.came_up.forget_ended(self.life_ms(), now_ms);
     }
 
     /// The marks Redis kept, read once as this replica meets the room: admissions that began

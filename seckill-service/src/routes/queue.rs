@@ -13,7 +13,6 @@ use seckill_common::room::{
     Challenge, PlaceTicket, QueueChallenge, QueueJoin, QueueStatus, RoomError, RoomSnapshot, WaitingRoom,
 };
 use seckill_common::{ErrorCode, GoodsId, UserId, headers};
-use seckill_web::trust::ServiceCaller;
 use seckill_web::{ApiError, AuthUser};
 use serde::Deserialize;
 
@@ -191,7 +190,6 @@ pub struct SnapshotQuery {
 /// `GET /internal/gateway/rooms/{goods_id}?since=N` (the gateway's credential): the room as
 /// this replica sees it, which the gateway answers status polls from.
 pub async fn room_snapshot(
-    _gateway: ServiceCaller,
     state: web::Data<AppState>,
     path: web::Path<GoodsId>,
     query: web::Query<SnapshotQuery>,

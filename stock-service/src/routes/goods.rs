@@ -8,7 +8,6 @@ use seckill_common::api::NewGoods;
 use seckill_common::listing::{GoodsQuery, NEXT_CURSOR, RawGoodsQuery};
 use seckill_db::conn;
 use seckill_web::ApiError;
-use seckill_web::trust::ServiceCaller;
 
 use super::goods_not_found;
 use crate::goods::{self, ListPage};
@@ -52,11 +51,7 @@ pub async fn get(state: web::Data<AppState>, path: web::Path<GoodsId>) -> Result
 }
 
 /// `POST /internal/stock/goods`: seckill-service publishing a sale (it checked the admin).
-pub async fn create(
-    _caller: ServiceCaller,
-    state: web::Data<AppState>,
-    body: web::Json<NewGoods>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn create(state: web::Data<AppState>, body: web::Json<NewGoods>) -> Result<HttpResponse, ApiError> {
     let sale = body.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
     let mut conn = conn(&state.pool).await?;
     let created = goods::insert(&mut conn, &sale).await.map_err(insert_error)?;

@@ -11,7 +11,6 @@ use seckill_common::api::{
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_db::conn;
 use seckill_web::ApiError;
-use seckill_web::trust::ServiceCaller;
 
 use super::goods_not_found;
 use crate::ledger;
@@ -29,7 +28,6 @@ fn check_items(items: &[DeductRequest]) -> Result<(), ApiError> {
 
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key, goods_id = %body.goods_id))]
 pub async fn deduct(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     body: web::Json<DeductRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -52,7 +50,6 @@ pub async fn deduct(
 
 #[tracing::instrument(skip_all, fields(items = body.items.len()))]
 pub async fn deduct_batch(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     body: web::Json<DeductBatchRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -64,7 +61,6 @@ pub async fn deduct_batch(
 
 #[tracing::instrument(skip_all, fields(order_key = %body.order_key))]
 pub async fn release(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     body: web::Json<ReleaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -84,7 +80,6 @@ pub const HELD_BODY_LIMIT: usize = MAX_HELD_KEYS * 40 + 1_024;
 /// `POST /internal/stock/{goods_id}/held`: the sale's counts, and how many of the given
 /// requests hold a unit, read together (seckill-service's audit and repair of Redis).
 pub async fn held(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     path: web::Path<GoodsId>,
     body: web::Json<HeldRequest>,

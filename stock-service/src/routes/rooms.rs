@@ -7,7 +7,6 @@ use seckill_common::room::RoomMarks;
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_db::conn;
 use seckill_web::ApiError;
-use seckill_web::trust::ServiceCaller;
 
 use super::goods_not_found;
 use crate::rooms::{self, RaiseError, StoredMarks};
@@ -17,7 +16,6 @@ use crate::state::AppState;
 /// and answers the marks as they now stand; all zeros reads them.
 #[tracing::instrument(skip_all, fields(goods_id = %path))]
 pub async fn raise(
-    _caller: ServiceCaller,
     state: web::Data<AppState>,
     path: web::Path<GoodsId>,
     body: web::Json<RoomMarks>,
@@ -31,11 +29,7 @@ pub async fn raise(
 
 /// The room as kept here ([`seckill_common::room::RoomRecord`]).
 #[tracing::instrument(skip_all, fields(goods_id = %path))]
-pub async fn record(
-    _caller: ServiceCaller,
-    state: web::Data<AppState>,
-    path: web::Path<GoodsId>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn record(state: web::Data<AppState>, path: web::Path<GoodsId>) -> Result<HttpResponse, ApiError> {
     let g = path.into_inner();
     let mut conn = conn(&state.pool).await?;
     let record = rooms::record(&mut conn, g).await.map_err(|e| refused(g, e))?;

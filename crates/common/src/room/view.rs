@@ -171,8 +171,14 @@ impl CameUpMarks {
         self.extend(newer.marks);
     }
 
+    /// Drops the marks older than an admission's life (`life_ms`) and a second at `now_ms`:
+    /// every admission their places were given has ended.
+    pub fn forget_ended(&mut self, life_ms: i64, now_ms: i64) {
+        self.forget_before(now_ms - life_ms - 1000);
+    }
+
     /// Drops the marks older than `t_ms` (one is always kept): their places' admissions ended.
-    pub fn forget_before(&mut self, t_ms: i64) {
+    fn forget_before(&mut self, t_ms: i64) {
         while self.marks.len() > 1 && self.marks.front().is_some_and(|m| m.0 < t_ms) {
             if let Some((_, admitted)) = self.marks.pop_front() {
                 self.forgotten_below = admitted;
