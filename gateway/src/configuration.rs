@@ -41,7 +41,54 @@ pub struct Settings {
     pub storefront: StorefrontSettings,
     /// The waiting rooms' key, to answer status polls from memory (`crate::rooms`).
     pub room: RoomSettings,
+    pub push: PushSettings,
 }
+
+/// `push.*`: buyers' event streams (`crate::push`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushSettings {
+    /// Open streams one replica holds at most; past it a new one is answered 503 `BUSY`.
+    pub max_streams: usize,
+    /// A comment line this often keeps proxies from closing a quiet stream and finds dead
+    /// clients.
+    pub heartbeat_secs: u64,
+    /// A stream that told nothing for this long ends (a page still open reconnects).
+    pub idle_secs: u64,
+    /// A stream that heard nothing for this long reads its buyer's result again, then after
+    /// twice as long, up to a minute: a lost notice delays a final answer by at most that.
+    pub reread_secs: u64,
+    /// How long a stream ticket (`POST .../events/ticket`) may wait for its one use.
+    pub ticket_ttl_secs: u64,
+}
+
+impl Default for PushSettings {
+    fn default() -> Self {
+        Self { max_streams: 50_000, heartbeat_secs: 15, idle_secs: 600, reread_secs: 5, ticket_ttl_secs: 30 }
+    }
+}
+
+impl PushSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        ConfigError::check_positive("push.max_streams", self.max_streams as u64)?;
+        ConfigError::check_positive("push.heartbeat_secs", self.heartbeat_secs)?;
+        ConfigError::check_positive("push.idle_secs", self.idle_secs)?;
+        ConfigError::check_positive("push.reread_secs", self.reread_secs)?;
+        ConfigError::check_positive("push.ticket_ttl_secs", self.ticket_ttl_secs)?;
+        if self.ticket_ttl_secs > MAX_TICKET_TTL_SECS {
+            return Err(ConfigError::at(
+                "push.ticket_ttl_secs",
+                format!(
+                    "must be at most {MAX_TICKET_TTL_SECS} (a ticket in a URL is meant to be spent at once)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Longest `push.ticket_ttl_secs`.
+pub const MAX_TICKET_TTL_SECS: u64 = 300;
 
 /// `storefront.*`: the buyers' pages (`crate::storefront`), rendered from stock-service's
 /// goods and kept in memory.
@@ -166,6 +213,8 @@ pub struct RateLimitSettings {
     /// Per client address, joining a sale's waiting room (each join also takes from the user's
     /// `buy` limit): how many accounts one address may line up. Clients behind one NAT share it.
     pub join: LimitSettings,
+    /// Opening a stream of pushed answers, or asking for its ticket: a page opens one a buy.
+    pub stream: LimitSettings,
     /// Keep the buckets in Redis (`redis.*`), shared by every gateway replica. Off: each
     /// replica limits alone, so N replicas let a client through N times the limit.
     pub shared: bool,
@@ -204,6 +253,7 @@ impl Default for RateLimitSettings {
             admin: LimitSettings::default(),
             anonymous: LimitSettings::default(),
             join: LimitSettings::default(),
+            stream: LimitSettings::default(),
             shared: true,
             lease: 1,
             shared_timeout_ms: 100,
@@ -222,6 +272,7 @@ impl RateLimitSettings {
             Class::Admin => self.admin,
             Class::Anonymous => self.anonymous,
             Class::Join => self.join,
+            Class::Stream => self.stream,
         }
     }
 }
@@ -238,6 +289,8 @@ impl Class {
             Class::Admin => (20, 40),
             Class::Anonymous => (50, 100),
             Class::Join => (10, 50),
+            // A page opens one stream a buy, and again after a drop.
+            Class::Stream => (1, 10),
         }
     }
 
@@ -250,6 +303,7 @@ impl Class {
             Class::Admin => ("rate_limit.admin.per_sec", "rate_limit.admin.burst"),
             Class::Anonymous => ("rate_limit.anonymous.per_sec", "rate_limit.anonymous.burst"),
             Class::Join => ("rate_limit.join.per_sec", "rate_limit.join.burst"),
+            Class::Stream => ("rate_limit.stream.per_sec", "rate_limit.stream.burst"),
         }
     }
 }
@@ -298,6 +352,7 @@ impl Settings {
         self.http.validate()?;
         self.room.key()?;
         self.redis.validate()?;
+        self.push.validate()?;
         if let Some(previous) = &self.auth.jwt_previous_secret
             && previous.len() < MIN_JWT_SECRET_BYTES
         {

@@ -9,6 +9,7 @@ pub mod configuration;
 pub mod headers;
 pub mod openapi;
 pub mod proxy;
+pub mod push;
 pub mod rate_limit;
 pub mod rooms;
 pub mod routes;

@@ -208,14 +208,42 @@ impl Proxy {
         service: Service,
         path: &str,
     ) -> Result<(u16, Option<String>, Bytes), ApiError> {
+        self.read(service, path, None, None).await
+    }
+
+    /// A GET of `path` at `service` as `user`, with one more header when `extra`: the gateway's
+    /// own reads for a buyer (a stream's result and place). The status and the whole body.
+    pub async fn get_as(
+        &self,
+        service: Service,
+        path: &str,
+        user: &AuthUser,
+        extra: Option<(&'static str, &str)>,
+    ) -> Result<(u16, Bytes), ApiError> {
+        let (status, _, body) = self.read(service, path, Some((user.id, user.role)), extra).await?;
+        Ok((status, body))
+    }
+
+    async fn read(
+        &self,
+        service: Service,
+        path: &str,
+        user: Option<(UserId, Role)>,
+        extra: Option<(&'static str, &str)>,
+    ) -> Result<(u16, Option<String>, Bytes), ApiError> {
         let upstream = self.upstream(service);
-        let mut headers = reqwest::header::HeaderMap::with_capacity(2);
+        let mut headers = reqwest::header::HeaderMap::with_capacity(3);
         headers
             .insert(reqwest::header::ACCEPT, reqwest::header::HeaderValue::from_static("application/json"));
         if let Ok(id) = reqwest::header::HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
             headers.insert(REQUEST_ID, id);
         }
-        let response = self.send(upstream, reqwest::Method::GET, path, headers, Bytes::new(), None).await?;
+        if let Some((name, value)) = extra {
+            let value = reqwest::header::HeaderValue::from_str(value)
+                .map_err(|_| ApiError::invalid(format!("{name} is not a valid header value")))?;
+            headers.insert(name, value);
+        }
+        let response = self.send(upstream, reqwest::Method::GET, path, headers, Bytes::new(), user).await?;
         let status = response.status().as_u16();
         let next = response
             .headers()

@@ -42,11 +42,13 @@ pub enum Class {
     /// Joining a sale's waiting room, per client address (besides the user's buy limit): one
     /// address joining for many users is a farm of accounts.
     Join,
+    /// `GET /api/seckill/{id}/events` and its ticket.
+    Stream,
 }
 
 impl Class {
-    pub const ALL: [Class; 6] =
-        [Class::Buy, Class::Poll, Class::Orders, Class::Admin, Class::Anonymous, Class::Join];
+    pub const ALL: [Class; 7] =
+        [Class::Buy, Class::Poll, Class::Orders, Class::Admin, Class::Anonymous, Class::Join, Class::Stream];
 
     /// The class's name in settings (`rate_limit.<name>.*`), metrics and Redis keys.
     pub fn name(self) -> &'static str {
@@ -57,6 +59,7 @@ impl Class {
             Class::Admin => "admin",
             Class::Anonymous => "anonymous",
             Class::Join => "join",
+            Class::Stream => "stream",
         }
     }
 

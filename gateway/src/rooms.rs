@@ -109,6 +109,11 @@ impl RoomMirrors {
         Self { key, rooms: DashMap::new() }
     }
 
+    /// The key place tickets are sealed with (`room.key`), when set.
+    pub fn key(&self) -> Option<&RoomKey> {
+        self.key.as_ref()
+    }
+
     /// seckill-service answered a join or a status of `g` `200`: `g` has a room, mirror it.
     pub fn watch(&self, g: GoodsId) {
         if let Some(key) = &self.key
@@ -120,11 +125,19 @@ impl RoomMirrors {
 
     /// The answer to `user`'s status poll of `g`, when this replica can give it.
     pub fn answer(&self, g: GoodsId, user: UserId, req: &HttpRequest) -> Option<HttpResponse> {
+        let ticket = req.headers().get(headers::ROOM_TICKET)?.to_str().ok()?;
+        let status = self.status(g, user, ticket)?;
+        metrics::counter!("gateway_room_answers_total").increment(1);
+        Some(HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status))
+    }
+
+    /// Where `user`, holding the place `ticket`, stands in `g`'s room, when this replica can
+    /// tell from its mirror.
+    pub fn status(&self, g: GoodsId, user: UserId, ticket: &str) -> Option<QueueStatus> {
         let key = self.key.as_ref()?;
         let mirror = self.rooms.get(&g)?.clone();
         let now = now_ms();
         mirror.asked_ms.store(now, Ordering::Relaxed);
-        let ticket = req.headers().get(headers::ROOM_TICKET)?.to_str().ok()?;
         let held = key.open_ticket(ticket, g, user).ok()?;
         let (standing, poll_after_ms, draw) = {
             let read = mirror.read();
@@ -133,9 +146,7 @@ impl RoomMirrors {
             let standing = read.came_up.resolve(standing, g, user, read.life_ms, now);
             (standing, read.state.poll_after_ms(&standing, held.join, now), read.draw.clone())
         };
-        let status = QueueStatus::of(key, ticket.to_owned(), standing, draw, poll_after_ms);
-        metrics::counter!("gateway_room_answers_total").increment(1);
-        Some(HttpResponse::Ok().insert_header(CacheControl(vec![CacheDirective::NoStore])).json(status))
+        Some(QueueStatus::of(key, ticket.to_owned(), standing, draw, poll_after_ms))
     }
 
     async fn read_all(&self, proxy: &Proxy) {

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::openapi;
 use crate::proxy::Service;
+use crate::push;
 use crate::rate_limit::{Class, Who};
 use crate::state::{Gateway, goods_of};
 use crate::storefront::{self, Storefront};
@@ -37,6 +38,8 @@ enum Handler {
     Buy,
     Join,
     Poll,
+    Events,
+    StreamTicket,
     QueueStatus,
     DevToken,
     Readyz,
@@ -86,9 +89,14 @@ impl PublicRoute {
             | Handler::DocsPage
             | Handler::SaleState
             | Handler::SalePage => Access::Anonymous,
-            Handler::Buy | Handler::Join | Handler::Poll | Handler::QueueStatus | Handler::UserOrder => {
-                Access::User
-            }
+            // The stream also opens with a ticket instead of the header (`crate::push`).
+            Handler::Buy
+            | Handler::Join
+            | Handler::Poll
+            | Handler::Events
+            | Handler::StreamTicket
+            | Handler::QueueStatus
+            | Handler::UserOrder => Access::User,
             Handler::AdminSeckill | Handler::StorefrontRender => Access::Admin,
         }
     }
@@ -104,6 +112,8 @@ impl PublicRoute {
             Handler::Buy => route.to(buy),
             Handler::Join => route.to(join),
             Handler::Poll => route.to(poll),
+            Handler::Events => route.to(push::events),
+            Handler::StreamTicket => route.to(push::ticket),
             Handler::QueueStatus => route.to(queue_status),
             Handler::DevToken => route.to(dev_token),
             Handler::Readyz => route.to(readyz),
@@ -130,6 +140,9 @@ pub const ROUTES: &[PublicRoute] = &[
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/orders", Handler::Buy),
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/token", Handler::Buy),
     PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/result", Handler::Poll),
+    // Pushed answers instead of polls (`crate::push`).
+    PublicRoute::new(Method::GET, "/api/seckill/{goods_id}/events", Handler::Events),
+    PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/events/ticket", Handler::StreamTicket),
     // A sale's waiting room: joining takes from the buy limit and the address's join limit,
     // asking where one stands from the polling one.
     PublicRoute::new(Method::POST, "/api/seckill/{goods_id}/queue", Handler::Join),

@@ -16,6 +16,7 @@ use crate::auth::Authenticator;
 use crate::closed::ClosedSales;
 use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
+use crate::push::{self, Push};
 use crate::rate_limit::Limits;
 use crate::rate_limit::shared::SharedLimits;
 use crate::rooms::{self, RoomMirrors};
@@ -47,6 +48,12 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let proxy = Proxy::new(&settings.upstreams, trust)?;
     let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings)?)?);
     let storefront = Storefront::new(&settings.storefront, settings.auth.dev_tokens)?;
+    let push = Arc::new(Push::new(
+        settings.push.clone(),
+        settings.jwt_secret()?,
+        &settings.redis,
+        RedisKeys::new(settings.redis.key_prefix.clone()),
+    )?);
     storefront.prepare_dir().await?;
     let gateway = web::Data::new(Gateway {
         auth,
@@ -59,6 +66,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         buys_in_flight: InFlight::new(settings.overload.limits()?, "gateway", "gateway_requests_shed_total"),
         storefront,
         rooms: RoomMirrors::new(settings.room.key()?),
+        push: push.clone(),
     });
 
     let dev_tokens = settings.auth.dev_tokens;
@@ -81,6 +89,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let lifecycle = Lifecycle::new();
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     rooms::spawn_reader(&lifecycle, gateway_for_rooms);
+    push::spawn_channel(&lifecycle, push);
     if settings.storefront.dir.is_some() {
         spawn_storefront_writer(&lifecycle, gateway_for_files, settings.storefront.refresh());
     }

@@ -15,6 +15,7 @@ use crate::auth::Authenticator;
 use crate::body;
 use crate::closed::ClosedSales;
 use crate::proxy::{Proxy, Service};
+use crate::push::Push;
 use crate::rate_limit::{Class, Limits, Who};
 use crate::rooms::RoomMirrors;
 use crate::storefront::Storefront;
@@ -43,6 +44,8 @@ pub struct Gateway {
     pub storefront: Storefront,
     /// The waiting rooms this replica answers status polls of.
     pub rooms: RoomMirrors,
+    /// Buyers' event streams.
+    pub push: Arc<Push>,
 }
 
 /// The sale a `/api/seckill/{goods_id}/...` route names, when it is an id.

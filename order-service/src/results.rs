@@ -97,7 +97,8 @@ impl ResultStore {
             .collect())
     }
 
-    /// Tells each buyer their order id, and marks their reservation as that order.
+    /// Tells each buyer their order id (and the gateways holding their streams, on the sale's
+    /// channel), and marks their reservation as that order.
     pub async fn succeed(&self, done: &[(OrderRequest, i64)]) -> anyhow::Result<()> {
         self.tell(
             &self.scripts.succeed,
@@ -108,7 +109,8 @@ impl ResultStore {
                     .key(self.keys.bucket_result(r.sale_bucket(), r.user_id))
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
-                    .arg(order_id);
+                    .arg(order_id)
+                    .arg(self.keys.sale_events(r.goods_id));
             },
         )
         .await
@@ -129,7 +131,8 @@ impl ResultStore {
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
                     .arg(holder.to_string())
-                    .arg(order_id);
+                    .arg(order_id)
+                    .arg(self.keys.sale_events(r.goods_id));
             },
         )
         .await
@@ -148,7 +151,8 @@ impl ResultStore {
                     .key(self.keys.bucket_result(r.sale_bucket(), r.user_id))
                     .arg(r.user_id.get())
                     .arg(r.request_id.to_string())
-                    .arg(if *give_back { "1" } else { "0" });
+                    .arg(if *give_back { "1" } else { "0" })
+                    .arg(self.keys.sale_events(r.goods_id));
             },
         )
         .await

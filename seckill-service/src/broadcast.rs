@@ -18,7 +18,13 @@ use crate::sales::now_ms;
 use crate::state::AppState;
 
 /// Tells every replica (this one included), best effort: a failure is logged, not returned.
+/// A sell-out is also told to the gateways holding buyers' streams of the sale.
 pub async fn announce(state: &AppState, kind: BroadcastKind, g: GoodsId) {
+    if kind == BroadcastKind::SoldOut
+        && let Err(e) = state.gate.publish_sold_out(g).await
+    {
+        tracing::warn!(error = %e, goods_id = %g, "sold out not told to the buyers' streams (their next click is told)");
+    }
     let body = match serde_json::to_vec(&Broadcast::new(kind, g)) {
         Ok(b) => b,
         Err(e) => return tracing::error!(error = %e, "cannot encode a broadcast"),

@@ -89,6 +89,7 @@ pub const REDIS_USE: RedisUse = RedisUse {
         "hmget",
         "lrange",
         "incrby",
+        "publish",
     ],
 };
 
@@ -114,6 +115,16 @@ impl Gate {
     /// Loads the scripts into Redis (EVALSHA then finds them on the first call).
     pub async fn load_scripts(&self) -> anyhow::Result<()> {
         self.scripts.load(&self.redis).await
+    }
+
+    /// Tells the gateways holding buyers' streams of `g` that it sold out, on the sale's
+    /// channel (`seckill_common::push`).
+    pub async fn publish_sold_out(&self, g: GoodsId) -> redis::RedisResult<()> {
+        redis::cmd("PUBLISH")
+            .arg(self.keys.sale_events(g))
+            .arg(seckill_common::push::SOLD_OUT_NOTICE)
+            .query_async(&mut self.conn())
+            .await
     }
 
     /// A handle on the shared connection (a clone costs an Arc).

@@ -113,6 +113,26 @@ impl RedisKeys {
         self.bucket_result(SaleBucket::new(g, 0), u)
     }
 
+    /// The sale's pub/sub channel of notices to the gateways (`crate::push::Notice`): results
+    /// as order-service writes them, sold out as seckill-service sees it.
+    pub fn sale_events(&self, g: GoodsId) -> String {
+        format!("{}seckill:{{{g}}}:events", self.prefix)
+    }
+
+    /// Marks a gateway stream ticket spent (its nonce), for the ticket's life.
+    pub fn stream_ticket(&self, g: GoodsId, nonce: &str) -> String {
+        format!("{}seckill:{{{g}}}:stream:{nonce}", self.prefix)
+    }
+
+    /// The sale whose channel [`RedisKeys::sale_events`] named `channel`.
+    pub fn sale_of_events(&self, channel: &str) -> Option<GoodsId> {
+        let id = channel
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("seckill:{")?
+            .strip_suffix("}:events")?;
+        GoodsId::new(id.parse().ok()?)
+    }
+
     /// A user's path token for one sale.
     pub fn token(&self, g: GoodsId, u: UserId) -> String {
         self.bucket_token(SaleBucket::new(g, 0), u)
@@ -236,6 +256,19 @@ impl RedisKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sales_channel_names_its_sale_back() {
+        let k = RedisKeys::new("t1:");
+        let g = GoodsId::new(7).unwrap();
+        assert_eq!(k.sale_events(g), "t1:seckill:{7}:events");
+        assert_eq!(k.sale_of_events(&k.sale_events(g)), Some(g));
+        for other in
+            ["seckill:{7}:events", "t1:seckill:{x}:events", "t1:seckill:{0}:events", "t1:seckill:{7}:stock"]
+        {
+            assert_eq!(k.sale_of_events(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn keys_of_one_sale_share_a_hash_tag() {

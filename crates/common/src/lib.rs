@@ -12,6 +12,7 @@ pub mod headers;
 pub mod ids;
 pub mod keys;
 pub mod listing;
+pub mod push;
 pub mod ready;
 pub mod room;
 pub mod sale;

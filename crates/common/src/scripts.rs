@@ -100,19 +100,22 @@ pub const LOST: i64 = 2;
 
 /// A request became an order: the buyer's result, and their reservation marked as an order
 /// (unless the buyer holds another request's reservation, which settles on its own).
-/// KEYS: users, result. ARGV: user, request id, order id.
+/// KEYS: users, result. ARGV: user, request id, order id, the sale's notice channel.
+/// The result scripts publish their result on the channel (`crate::push::Notice`) in the same
+/// atomic step that writes it: no notice of a result Redis does not hold.
 pub const SUCCEED: &str = r"
 redis.call('SET', KEYS[2], 'success:' .. ARGV[3])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held == ARGV[2] or held == 'c:' .. ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], 'o:' .. ARGV[2])
 end
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ':s:' .. ARGV[3])
 return 1
 ";
 
 /// A claimed request that ends without an order: the user may try again; the unit goes back to
 /// the Redis stock only when it exists at the authority (`give_back` = '1').
-/// KEYS: stock, users, result. ARGV: user, request id, give_back.
+/// KEYS: stock, users, result. ARGV: user, request id, give_back, the sale's notice channel.
 /// Also takes an unclaimed reservation of the same request (a message that ran out of tries
 /// before its claim succeeded).
 pub const FAIL_CLAIMED: &str = r"
@@ -122,13 +125,15 @@ if held == 'c:' .. ARGV[2] or held == ARGV[2] then
   if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
 end
 redis.call('SET', KEYS[3], 'failed')
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ':f')
 return 1
 ";
 
 /// A request whose buyer already holds another active order of the sale (its deduction was
 /// released at the authority): the buyer's result is that order, their reservation becomes
 /// it, and the unit this request held in Redis goes back to the stock.
-/// KEYS: stock, users, result. ARGV: user, request id, the order's request id, the order's id.
+/// KEYS: stock, users, result. ARGV: user, request id, the order's request id, the order's id,
+/// the sale's notice channel.
 pub const SUPERSEDE: &str = r"
 local held = redis.call('HGET', KEYS[2], ARGV[1])
 if held == ARGV[2] or held == 'c:' .. ARGV[2] then
@@ -136,6 +141,7 @@ if held == ARGV[2] or held == 'c:' .. ARGV[2] then
   redis.call('HSET', KEYS[2], ARGV[1], 'o:' .. ARGV[3])
 end
 redis.call('SET', KEYS[3], 'success:' .. ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[1] .. ':s:' .. ARGV[4])
 return 1
 ";
 

@@ -1,13 +1,16 @@
 //! The buy-path Lua scripts against a real Redis: each test under its own key prefix.
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
 use redis::AsyncCommands;
+use seckill_common::api::{SeckillResult, SeckillStatus};
 use seckill_common::keys::RedisKeys;
+use seckill_common::push::Notice;
 use seckill_common::scripts::{
     CLAIMED, Epoch, GIVEN_BACK, LOST, RESERVE_BAD_TOKEN, RESERVE_NOT_LOADED, RESERVE_REPEATED,
     RESERVE_SOLD_OUT,
 };
-use seckill_common::{GoodsId, UserId};
+use seckill_common::{GoodsId, OrderId, UserId};
 use seckill_infra::redis::{Redis, Scripts, connect};
 use seckill_testkit::{TestNames, redis_url};
 use uuid::Uuid;
@@ -116,6 +119,7 @@ impl Fixture {
             .arg(user.get())
             .arg(rid.to_string())
             .arg(order_id)
+            .arg(self.keys.sale_events(self.g))
             .invoke_async(&mut c)
             .await
             .unwrap();
@@ -182,6 +186,7 @@ impl Fixture {
             .arg(user.get())
             .arg(rid.to_string())
             .arg(if give_back { "1" } else { "0" })
+            .arg(self.keys.sale_events(self.g))
             .invoke_async(&mut c)
             .await
             .unwrap();
@@ -420,7 +425,7 @@ async fn orders_mark_their_reservation_and_releases_undo_it_once() {
     f.run_simple(
         &f.scripts.supersede,
         u(2),
-        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into()],
+        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into(), f.keys.sale_events(f.g)],
     )
     .await;
     assert_eq!(f.stock().await, Some(4), "c's unit is back");
@@ -429,10 +434,46 @@ async fn orders_mark_their_reservation_and_releases_undo_it_once() {
     f.run_simple(
         &f.scripts.supersede,
         u(2),
-        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into()],
+        &[u(2).get().to_string(), c.to_string(), b.to_string(), "77".into(), f.keys.sale_events(f.g)],
     )
     .await;
     assert_eq!(f.stock().await, Some(4), "once");
+}
+
+/// Each result script tells the sale's channel what it wrote, in the same step: a gateway
+/// subscribed to it hears every buyer's end, as `Notice`s, in the order they were written.
+#[tokio::test]
+async fn result_scripts_publish_their_result_on_the_sales_channel() {
+    let f = fixture(Some(5)).await;
+    let client = redis::Client::open(redis_url()).unwrap();
+    let (mut sink, mut heard) = client.get_async_pubsub().await.unwrap().split();
+    sink.subscribe(f.keys.sale_events(f.g)).await.unwrap();
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    for (user, rid) in [(u(1), a), (u(2), b), (u(3), c)] {
+        f.reserve(user, rid, "").await;
+        assert_eq!(f.claim(user, rid).await, CLAIMED);
+    }
+    f.succeed(u(1), a, 41).await;
+    f.fail_claimed(u(2), b, true).await;
+    let args = [u(3).get().to_string(), c.to_string(), a.to_string(), "41".into(), f.keys.sale_events(f.g)];
+    f.run_simple(&f.scripts.supersede, u(3), &args).await;
+    let mut notices = Vec::new();
+    for _ in 0..3 {
+        let msg =
+            tokio::time::timeout(std::time::Duration::from_secs(5), heard.next()).await.unwrap().unwrap();
+        assert_eq!(msg.get_channel_name(), f.keys.sale_events(f.g));
+        notices.push(Notice::parse(msg.get_payload_bytes()).expect("a notice"));
+    }
+    let success = |order| SeckillResult { status: SeckillStatus::Success, order_id: OrderId::new(order) };
+    let failed = SeckillResult { status: SeckillStatus::Failed, order_id: None };
+    assert_eq!(
+        notices,
+        [
+            Notice::Result { user: u(1), result: success(41) },
+            Notice::Result { user: u(2), result: failed },
+            Notice::Result { user: u(3), result: success(41) },
+        ]
+    );
 }
 
 /// The snapshot sees what is in flight; the adjustment applies a delta only in the epoch it was

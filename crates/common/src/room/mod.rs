@@ -29,7 +29,7 @@ pub use bodies::{
     QueueDraw, QueueJoin, QueueState, QueueStatus, RoomMarks, RoomRate, RoomRecord, WaitingRoom,
 };
 pub use draw::{Draw, ROUNDS};
-pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey};
+pub use token::{Admission, MAX_TOKEN_LEN, PlaceTicket, RoomKey, StreamTicket};
 pub use view::{CameUpMarks, POLL_MAX_MS, POLL_MIN_MS, POLL_SPREAD_MS, RoomSnapshot, RoomState, Standing};
 pub use work::{Challenge, MAX_DIFFICULTY};
 

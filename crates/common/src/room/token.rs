@@ -28,10 +28,12 @@ pub(super) enum Kind {
     Ticket = b'p',
     Admission = b'a',
     Challenge = b'c',
+    Stream = b's',
 }
 
 /// The key room tokens are sealed with: one per deployment, shared by the replicas that
-/// issue and check them.
+/// issue and check them. The gateway seals its stream tickets ([`StreamTicket`]) the same way,
+/// under a key of their own.
 pub struct RoomKey(hmac::Key);
 
 impl fmt::Debug for RoomKey {
@@ -83,6 +85,33 @@ impl RoomKey {
             return Err(RoomError::Expired);
         }
         Ok(admission)
+    }
+
+    /// Checks a [`StreamTicket`] presented for `sale` at `now_ms` (whoever presents it: the
+    /// ticket is the buyer's credential; its one use is the gateway's to enforce).
+    pub fn open_stream_ticket(
+        &self,
+        token: &str,
+        sale: GoodsId,
+        now_ms: i64,
+    ) -> Result<StreamTicket, RoomError> {
+        let [s, u, expires, nonce, join, issued] = self.open(Kind::Stream, token)?;
+        let user: UserId = field(u)?;
+        let named: GoodsId = field(s)?;
+        bound_to((named, user), sale, user)?;
+        let expires_ms = field(expires)?;
+        if expires_ms < now_ms {
+            return Err(RoomError::Expired);
+        }
+        let nonce_ok = (16..=64).contains(&nonce.len()) && nonce.bytes().all(|b| b.is_ascii_alphanumeric());
+        if !nonce_ok {
+            return Err(RoomError::Malformed);
+        }
+        let place = match field::<u64>(join)? {
+            0 => None,
+            join => Some(PlaceTicket { sale, user, join, issued_ms: field(issued)? }),
+        };
+        Ok(StreamTicket { sale, user, expires_ms, nonce: nonce.to_owned(), place })
     }
 
     /// `v1.<kind>.<fields>.<tag>`. The fields must hold no `.`: numbers and base64url.
@@ -144,6 +173,26 @@ pub struct Admission {
 impl Admission {
     pub fn seal(&self, key: &RoomKey) -> String {
         key.seal(Kind::Admission, &[&self.sale, &self.user, &self.place, &self.expires_ms])
+    }
+}
+
+/// A one-use pass to open `user`'s event stream of `sale` (`GET /api/seckill/{id}/events`)
+/// without their bearer token in the URL (a browser's EventSource sends no header): valid
+/// until `expires_ms`, spent at its first use (its `nonce`, letters and digits). It carries
+/// the buyer's place ticket, when they hold one, so the stream can tell their place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamTicket {
+    pub sale: GoodsId,
+    pub user: UserId,
+    pub expires_ms: i64,
+    pub nonce: String,
+    pub place: Option<PlaceTicket>,
+}
+
+impl StreamTicket {
+    pub fn seal(&self, key: &RoomKey) -> String {
+        let (join, issued) = self.place.map_or((0, 0), |p| (p.join, p.issued_ms));
+        key.seal(Kind::Stream, &[&self.sale, &self.user, &self.expires_ms, &self.nonce, &join, &issued])
     }
 }
 
@@ -231,6 +280,30 @@ mod tests {
         assert_eq!(k.open_admission(&relabelled, t.sale, t.user, 0), Err(RoomError::BadSignature));
         let relabelled = admission.replacen("v1.a.", "v1.p.", 1);
         assert_eq!(k.open_ticket(&relabelled, a.sale, a.user), Err(RoomError::BadSignature));
+    }
+
+    #[test]
+    fn a_stream_ticket_opens_for_its_sale_until_it_expires() {
+        let k = key(K1);
+        let (sale, user) = ids(7, 42);
+        let nonce = "0123456789abcdef0123456789abcdef".to_owned();
+        let plain = StreamTicket { sale, user, expires_ms: 1_000, nonce: nonce.clone(), place: None };
+        let token = plain.seal(&k);
+        assert_eq!(k.open_stream_ticket(&token, sale, 1_000), Ok(plain.clone()));
+        assert_eq!(k.open_stream_ticket(&token, sale, 1_001), Err(RoomError::Expired));
+        assert_eq!(k.open_stream_ticket(&token, ids(8, 42).0, 0), Err(RoomError::WrongSale));
+        assert_eq!(key(K2).open_stream_ticket(&token, sale, 0), Err(RoomError::BadSignature));
+        let other_user = token.replacen(".42.", ".43.", 1);
+        assert_eq!(k.open_stream_ticket(&other_user, sale, 0), Err(RoomError::BadSignature));
+        // With the buyer's place: the same place ticket comes back out.
+        let place = ticket();
+        let placed = StreamTicket { place: Some(place), ..plain };
+        assert_eq!(k.open_stream_ticket(&placed.seal(&k), sale, 0).unwrap().place, Some(place));
+        // Not a place ticket, nor one in disguise.
+        assert_eq!(k.open_ticket(&token, sale, user), Err(RoomError::Malformed));
+        assert_eq!(k.open_stream_ticket(&place.seal(&k), sale, 0), Err(RoomError::Malformed));
+        let bad_nonce = StreamTicket { sale, user, expires_ms: 1_000, nonce: "short".into(), place: None };
+        assert_eq!(k.open_stream_ticket(&bad_nonce.seal(&k), sale, 0), Err(RoomError::Malformed));
     }
 
     #[test]
