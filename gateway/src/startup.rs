@@ -48,8 +48,10 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let proxy = Proxy::new(&settings.upstreams, trust)?;
     let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings)?)?);
     let storefront = Storefront::new(&settings.storefront, settings.auth.dev_tokens)?;
+    let lifecycle = Lifecycle::new();
     let push = Arc::new(Push::new(
         settings.push.clone(),
+        lifecycle.draining.clone(),
         settings.jwt_secret()?,
         &settings.redis,
         RedisKeys::new(settings.redis.key_prefix.clone()),
@@ -86,7 +88,6 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     )
     .with_context(|| format!("cannot bind the admin listener (admin.port {})", settings.admin_port()))?;
 
-    let lifecycle = Lifecycle::new();
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     rooms::spawn_reader(&lifecycle, gateway_for_rooms);
     push::spawn_channel(&lifecycle, push);

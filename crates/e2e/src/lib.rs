@@ -231,6 +231,8 @@ pub fn spawn_system_with(options: Options) -> System {
             dir: options.storefront_dir.clone(),
             ..Default::default()
         },
+        // A lost notice shows within a test: a silent stream re-reads after a second.
+        push: gateway::configuration::PushSettings { reread_secs: 1, ..Default::default() },
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));
@@ -293,6 +295,51 @@ impl Relay {
 
     fn point_at(&self, port: u16) {
         self.target.store(port, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A buyer's open event stream, read as it arrives.
+pub struct EventStream {
+    res: reqwest::Response,
+    reader: seckill_common::push::SseReader,
+    ready: std::collections::VecDeque<seckill_common::push::SseEvent>,
+}
+
+impl EventStream {
+    async fn of(res: reqwest::Response) -> Result<Self, Answer> {
+        if res.status() != 200 {
+            return Err(answer(res).await);
+        }
+        let kind = res.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(kind.starts_with("text/event-stream"), "a stream's content type: {kind}");
+        Ok(Self { res, reader: Default::default(), ready: Default::default() })
+    }
+
+    /// The next event; None when the stream ended. Panics after `within` without one.
+    pub async fn next(&mut self, within: Duration) -> Option<seckill_common::push::SseEvent> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.res.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no event within {within:?}"));
+            match chunk {
+                Ok(Some(bytes)) => self.ready.extend(self.reader.push(&String::from_utf8_lossy(&bytes))),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every event until the stream ends (panics if it has not within `within`).
+    pub async fn to_end(mut self, within: Duration) -> Vec<seckill_common::push::SseEvent> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut events = Vec::new();
+        while let Some(event) = self.next(deadline.saturating_duration_since(tokio::time::Instant::now())).await {
+            events.push(event);
+        }
+        events
     }
 }
 
@@ -550,6 +597,35 @@ impl System {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Opens `user_token`'s event stream of `g` (with `headers` besides the bearer token: a
+    /// place ticket, a `Last-Event-ID`); a refusal is its status and body.
+    pub async fn open_stream(
+        &self,
+        user_token: &str,
+        g: GoodsId,
+        headers: &[(&str, &str)],
+    ) -> Result<EventStream, Answer> {
+        let mut req = self.http.get(self.url(&format!("/api/seckill/{g}/events"))).bearer_auth(user_token);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        EventStream::of(req.send().await.unwrap()).await
+    }
+
+    /// Opens a stream with a ticket (`POST .../events/ticket` as `user_token`, then the stream
+    /// without the token, as a browser's EventSource would).
+    pub async fn open_stream_with_ticket(&self, user_token: &str, g: GoodsId) -> Result<EventStream, Answer> {
+        let (status, body) = self.post(&format!("/api/seckill/{g}/events/ticket"), Some(user_token), json!({})).await;
+        assert_eq!(status, 200, "stream ticket: {body}");
+        self.stream_by_ticket(g, body["ticket"].as_str().unwrap()).await
+    }
+
+    pub async fn stream_by_ticket(&self, g: GoodsId, ticket: &str) -> Result<EventStream, Answer> {
+        // A ticket is letters, digits, `.`, `-` and `_`: nothing to escape in a query.
+        let url = self.url(&format!("/api/seckill/{g}/events?ticket={ticket}"));
+        EventStream::of(self.http.get(url).send().await.unwrap()).await
     }
 
     pub async fn order_by_id(&self, user_token: &str, id: i64) -> Answer {

@@ -133,6 +133,9 @@ async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
 #[derive(Debug, Clone, Default)]
 pub struct Lifecycle {
     pub cancel: CancellationToken,
+    /// Cancelled as soon as the service is told to stop, before the requests drain: what
+    /// would hold a connection open for ever (an event stream) ends on it, so draining ends.
+    pub draining: CancellationToken,
     pub tasks: TaskTracker,
     /// The parts becoming ready in the background ([`Lifecycle::spawn_start_up`]).
     starting: Arc<std::sync::Mutex<Vec<Arc<Readiness>>>>,
@@ -261,6 +264,7 @@ impl Application {
             result = &mut server => result,
             () = shutdown => {
                 tracing::info!("shutdown requested: draining requests");
+                lifecycle.draining.cancel();
                 // `stop` sends the command at once; the server future (polled below) carries
                 // it out, so awaiting the returned future first would wait for ever.
                 drop(handle.stop(true));

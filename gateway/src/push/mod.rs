@@ -36,6 +36,7 @@ use seckill_infra::redis::Redis;
 use seckill_web::{ApiError, AuthUser, Lifecycle};
 use serde::Deserialize;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::configuration::PushSettings;
 use crate::rate_limit::{Class, Who};
@@ -55,6 +56,8 @@ pub struct Push {
     open: AtomicUsize,
     next_serial: AtomicU64,
     pub channel: Channel,
+    /// The gateway is stopping: every stream ends (its client reconnects to another replica).
+    draining: CancellationToken,
 }
 
 /// What the channel has for one stream and the stream has not sent yet: the latest of each
@@ -106,6 +109,7 @@ impl Drop for Registration {
 impl Push {
     pub fn new(
         settings: PushSettings,
+        draining: CancellationToken,
         jwt_secret: &str,
         redis_settings: &RedisSettings,
         keys: RedisKeys,
@@ -124,6 +128,7 @@ impl Push {
             streams: DashMap::new(),
             open: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
+            draining,
         })
     }
 

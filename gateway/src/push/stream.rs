@@ -149,7 +149,7 @@ impl Stream {
             if let Some(result) = pending.result {
                 self.tell_result(result);
             }
-            if pending.sold_out {
+            if pending.sold_out && !self.ended {
                 self.tell_sold_out().await;
             }
             if pending.reread {
@@ -187,6 +187,7 @@ impl Stream {
             tokio::select! {
                 () = woken => {}
                 () = tokio::time::sleep_until(wake_at) => {}
+                () = self.gateway.push.draining.cancelled() => return None,
             }
         }
     }
@@ -221,14 +222,18 @@ impl Stream {
     }
 
     /// A sell-out ends the stream of a buyer with nothing in flight. The result is read once
-    /// more first: the unit that sold the sale out may be this buyer's, accepted a moment ago.
+    /// more first: the unit that sold the sale out may be this buyer's, accepted a moment ago
+    /// (then the result is what they are told; a final one ends the stream on it).
     async fn tell_sold_out(&mut self) {
         if self.sold_out {
             return;
         }
         self.sold_out = true;
-        self.write(EventKind::SoldOut, "sold_out", &SoldOutEvent { goods_id: self.sale });
         self.reread().await;
+        if self.ended {
+            return;
+        }
+        self.write(EventKind::SoldOut, "sold_out", &SoldOutEvent { goods_id: self.sale });
         let holds_nothing = self.result.is_none_or(|r| r.status == SeckillStatus::None);
         let admitted = self.queue_id.as_deref().is_some_and(|id| id.starts_with("q.admitted"));
         if holds_nothing && !admitted {

@@ -13,6 +13,7 @@ mod helpers {
 }
 mod lifecycle;
 mod purchase;
+mod push;
 mod queues;
 mod read_bounds;
 mod redis_loss;
