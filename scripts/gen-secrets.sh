@@ -80,9 +80,9 @@ for u in admin seckill order gateway; do REDIS[$u]=$(password); done
 redis_acl() {
     cat <<EOF
 user default on #$(sha256 "${REDIS[admin]}") ~* &* +@all
-user seckill on #$(sha256 "${REDIS[seckill]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +del +exists +decr +incr +incrby +hget +hset +hsetnx +hdel +hexists +hvals +hgetall +hmget +decrby +zadd +zrem +zcard +zrangebyscore +zscore +rpush +lrange +ltrim
-user order on #$(sha256 "${REDIS[order]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +exists +decr +incr +hget +hset +hdel +zrem
-user gateway on #$(sha256 "${REDIS[gateway]}") resetchannels ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +time
+user seckill on #$(sha256 "${REDIS[seckill]}") resetchannels &seckill:* ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +del +exists +decr +incr +incrby +hget +hset +hsetnx +hdel +hexists +hvals +hgetall +hmget +decrby +zadd +zrem +zcard +zrangebyscore +zscore +rpush +lrange +ltrim +publish
+user order on #$(sha256 "${REDIS[order]}") resetchannels &seckill:* ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +exists +decr +incr +hget +hset +hdel +zrem +publish
+user gateway on #$(sha256 "${REDIS[gateway]}") resetchannels &seckill:* ~seckill:* -@all +ping +script|load +evalsha +cluster|slots +get +set +time +subscribe +unsubscribe
 EOF
 }
 

@@ -32,6 +32,8 @@ use crate::routes::{Access, ROUTES};
 
 /// The name of the bearer scheme in `components.securitySchemes`.
 pub const BEARER: &str = "bearer";
+/// The name of the stream ticket scheme: `GET .../events` takes it instead of the bearer token.
+pub const STREAM_TICKET: &str = "streamTicket";
 /// The role an admin route asks of the bearer token (OpenAPI 3.1 lets a non-OAuth
 /// requirement name roles).
 pub const ADMIN_ROLE: &str = "admin";
@@ -48,8 +50,9 @@ it.
 
 One purchase: `POST /api/seckill/{goods_id}/token` for a path token, then \
 `POST /api/seckill/{goods_id}/orders` with it in `x-seckill-token` (202: queued), then poll \
-`GET /api/seckill/{goods_id}/result` until `success` (with the order id) or `failed`. The order \
-is at `GET /api/orders/{id}`, to pay or cancel before it expires.
+`GET /api/seckill/{goods_id}/result` until `success` (with the order id) or `failed`, or, instead \
+of polling, follow `GET /api/seckill/{goods_id}/events` (server-sent events, told as it happens). \
+The order is at `GET /api/orders/{id}`, to pay or cancel before it expires.
 
 Every error is an `ErrorBody`, `{\"code\": \"UPPER_SNAKE\", \"message\": \"...\"}`; each \
 operation lists the codes it may answer. A 429, and a 503 `BUSY` from a replica shedding \
@@ -65,6 +68,8 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
         operations::path_token,
         operations::buy,
         operations::poll_result,
+        operations::events,
+        operations::stream_ticket,
         operations::join_queue,
         operations::queue_status,
         operations::queue_challenge,
@@ -91,7 +96,14 @@ take. Every answer carries an `x-request-id`: the client's own when it sent a pl
         operations::asset,
     ),
     // Not reached through a path's own types: the error responses are built by hand.
-    components(schemas(seckill_common::ErrorBody)),
+    components(schemas(
+        seckill_common::ErrorBody,
+        // The data of the events a stream sends (its body is text, not one JSON document).
+        seckill_common::push::EventKind,
+        seckill_common::push::SoldOutEvent,
+        seckill_common::api::SeckillResult,
+        seckill_common::room::QueueStatus,
+    )),
     tags(
         (name = "buying", description = "A buyer's clicks: the waiting room, the path token, the buy, the result."),
         (name = "goods", description = "The sales, for anyone."),
@@ -129,6 +141,17 @@ pub fn api_document(dev_tokens: bool) -> utoipa::openapi::OpenApi {
                 .build(),
         ),
     );
+    doc.components.get_or_insert_default().security_schemes.insert(
+        STREAM_TICKET.to_owned(),
+        SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Query(
+            utoipa::openapi::security::ApiKeyValue::with_description(
+                "ticket",
+                "A one-use stream ticket from `POST /api/seckill/{goods_id}/events/ticket`, for a \
+                 client that cannot send `Authorization` (a browser's EventSource). Valid for \
+                 `expires_in_secs`, for its buyer and sale, once.",
+            ),
+        )),
+    );
     for route in ROUTES {
         let Some(operation) = operation_mut(&mut doc, route.path, route.method.as_str()) else {
             continue; // an undocumented route: the tests name it
@@ -138,6 +161,11 @@ pub fn api_document(dev_tokens: bool) -> utoipa::openapi::OpenApi {
             Access::User => SecurityRequirement::new(BEARER, Vec::<String>::new()),
             Access::Admin => SecurityRequirement::new(BEARER, [ADMIN_ROLE]),
         }]);
+        if route.opens_with_stream_ticket()
+            && let Some(security) = operation.security.as_mut()
+        {
+            security.push(SecurityRequirement::new(STREAM_TICKET, Vec::<String>::new()));
+        }
     }
     if !dev_tokens {
         for route in ROUTES.iter().filter(|route| route.dev_only()) {
@@ -513,6 +541,30 @@ errors!(ResultErrors: TOKEN, BAD_GOODS_ID, NO_SALE, &[
     ),
     (ErrorCode::Unavailable, "Redis, stock-service or order-service did not answer: try again shortly."),
 ], FORWARDED);
+const STREAM_LIMIT: Cases = &[(
+    ErrorCode::RateLimited,
+    "Over the user's limit of streams opened (`rate_limit.stream`, with the tickets asked for).",
+)];
+errors!(EventsErrors: BAD_GOODS_ID, NO_SALE, STREAM_LIMIT, ROOM_TICKET, &[
+    (
+        ErrorCode::Unauthorized,
+        "Neither a valid bearer token nor a valid stream ticket: the ticket is malformed, \
+         altered, expired, for another sale, or was used already.",
+    ),
+    (
+        ErrorCode::InvalidInput,
+        "The query holds something other than `ticket` and `last_event_id`.",
+    ),
+    (
+        ErrorCode::Busy,
+        "This gateway replica holds `push.max_streams` streams: poll the result instead, or \
+         reconnect after `Retry-After`.",
+    ),
+    (ErrorCode::Unavailable, "Redis did not answer the ticket's one-use check."),
+], FORWARDED);
+errors!(StreamTicketErrors: TOKEN, BAD_GOODS_ID, STREAM_LIMIT, &[
+    (ErrorCode::BadToken, "The `x-room-ticket` sent along is not this buyer's for this sale."),
+], BODY_LIMIT);
 errors!(ListGoodsErrors: ANONYMOUS_LIMIT, &[
     (ErrorCode::InvalidInput, "A `state`, `limit` or `cursor` that is not one of the above; the message names it."),
 ], DATABASE, FORWARDED);
@@ -573,6 +625,7 @@ mod operations {
         DevTokenRequest, Goods, NewGoods, Order, OrderAccepted, SaleAudit, SaleRepair, SaleState,
         SeckillResult, TokenResponse,
     };
+    use seckill_common::push::StreamTicketResponse;
     use seckill_common::room::{QueueChallenge, QueueJoin, QueueStatus};
     use seckill_common::{GoodsId, OrderId};
     use utoipa::ToSchema;
@@ -669,6 +722,72 @@ mod operations {
         )
     )]
     fn poll_result() {}
+
+    /// Follow a buy as it happens (server-sent events)
+    ///
+    /// Instead of polling: a `text/event-stream` of what concerns the caller in this sale. It
+    /// begins with the current state, then tells each change as it happens: `result` (data: a
+    /// `SeckillResult`; `success` with the order id, or `failed`, ends the stream), `queue`
+    /// (with `x-room-ticket` on a sale with a waiting room, data: a `QueueStatus`: the place as
+    /// it moves, then the admission), `sold_out` (data: a `SoldOutEvent`; ends the stream of a
+    /// buyer who holds no request), `replaced` (the buyer opened another stream of this sale on
+    /// this replica: this one ends). Each event's `id` names the state it tells: reconnect with
+    /// `Last-Event-ID` (or `last_event_id`) and what was told last is not told again; `204` if
+    /// it was the final answer. A comment line every `push.heartbeat_secs`; a stream that told
+    /// nothing for `push.idle_secs` ends (reconnect). The gateway re-reads the result when a
+    /// stream opens and after a silence, so a lost notification delays an answer, never loses
+    /// it.
+    ///
+    /// Authenticated by the bearer token, or, where no header can be sent (a browser's
+    /// EventSource), by a one-use `ticket` from `POST /api/seckill/{goods_id}/events/ticket`:
+    /// never put the bearer token in a URL.
+    #[utoipa::path(
+        get,
+        path = "/api/seckill/{goods_id}/events",
+        tag = "buying",
+        params(
+            ("goods_id" = GoodsId, Path, description = "The sale.", example = 1),
+            ("ticket" = Option<String>, Query, description = "A stream ticket, instead of the bearer token."),
+            ("last_event_id" = Option<String>, Query, description = "As `Last-Event-ID`, for a client that cannot send it."),
+            ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event the client read."),
+            (
+                "x-room-ticket" = Option<String>,
+                Header,
+                description = "The buyer's place ticket (with the bearer token): the stream tells their place."
+            ),
+        ),
+        responses(
+            (
+                status = 200,
+                description = "The stream: `id:`, `event:` (an `EventKind`) and one `data:` line of JSON an event.",
+                content_type = "text/event-stream",
+                body = String,
+            ),
+            (status = 204, description = "The client's last event was its final answer: nothing more will come."),
+            EventsErrors,
+        )
+    )]
+    fn events() {}
+
+    /// Get a stream ticket
+    ///
+    /// A one-use ticket to open the caller's stream of this sale without the bearer token in
+    /// the URL: `GET /api/seckill/{goods_id}/events?ticket=...` within `expires_in_secs`. With
+    /// the buyer's place ticket in `x-room-ticket`, the stream also tells their place.
+    #[utoipa::path(
+        post,
+        path = "/api/seckill/{goods_id}/events/ticket",
+        tag = "buying",
+        params(
+            ("goods_id" = GoodsId, Path, description = "The sale.", example = 1),
+            ("x-room-ticket" = Option<String>, Header, description = "The buyer's place ticket, to carry into the stream."),
+        ),
+        responses(
+            (status = 200, description = "The ticket.", body = StreamTicketResponse),
+            StreamTicketErrors,
+        )
+    )]
+    fn stream_ticket() {}
 
     const ADMISSION_HEADER: &str = "On a sale with a waiting room: the admission from \
         `GET /api/seckill/{goods_id}/queue` once the buyer's place came up (bound to the buyer \

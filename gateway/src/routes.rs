@@ -101,6 +101,11 @@ impl PublicRoute {
         }
     }
 
+    /// Opens with a stream ticket instead of the bearer token (`crate::push`).
+    pub fn opens_with_stream_ticket(&self) -> bool {
+        self.handler == Handler::Events
+    }
+
     /// Only registered when `auth.dev_tokens` is on.
     pub fn dev_only(&self) -> bool {
         self.handler == Handler::DevToken

@@ -9,6 +9,7 @@ use actix_web::web;
 use anyhow::Context;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
+use seckill_infra::redis::RedisUse;
 use seckill_web::shed::InFlight;
 use seckill_web::{Application, Door, Lifecycle, Service, Ticker};
 
@@ -18,11 +19,20 @@ use crate::configuration::{STANDARD_PORT, Settings};
 use crate::proxy::Proxy;
 use crate::push::{self, Push};
 use crate::rate_limit::Limits;
-use crate::rate_limit::shared::SharedLimits;
+use crate::rate_limit::shared::{self, SharedLimits};
 use crate::rooms::{self, RoomMirrors};
 use crate::routes;
 use crate::state::{Gateway, LastReadiness};
 use crate::storefront::Storefront;
+
+/// What the gateway runs on Redis: the shared rate limit's script (`rate_limit::shared`), the
+/// stream tickets' one-use mark (SET) and the notice channel it listens on (`push`). Its ACL
+/// user allows exactly these (crates/deploy-check).
+pub const REDIS_USE: RedisUse = RedisUse {
+    scripts: shared::REDIS_USE.scripts,
+    commands: &["set", "subscribe", "unsubscribe"],
+    channels: true,
+};
 
 /// How the binary runs the gateway (`seckill_web::runner`).
 impl Service for Settings {

@@ -20,11 +20,13 @@ pub enum Claim {
     Lost,
 }
 
-/// What the store runs on Redis: its scripts, no command of its own (its ACL user allows
+/// What the store runs on Redis: its scripts (which publish on the sales' channels), no command of its own (its ACL user allows
 /// exactly these; crates/deploy-check).
 pub const REDIS_USE: RedisUse = RedisUse {
     scripts: &[scripts::CLAIM, scripts::SUCCEED, scripts::SUPERSEDE, scripts::FAIL_CLAIMED],
     commands: &[],
+    // The result scripts publish each result on the sale's channel.
+    channels: true,
 };
 
 pub struct ResultStore {

@@ -91,6 +91,8 @@ pub const REDIS_USE: RedisUse = RedisUse {
         "incrby",
         "publish",
     ],
+    // A sell-out, told to the gateways' streams.
+    channels: true,
 };
 
 pub struct Gate {

@@ -59,7 +59,7 @@ fn redis_use(binary: &str) -> Option<RedisUse> {
     match binary {
         "seckill-service" => Some(seckill_service::gate::REDIS_USE),
         "order-service" => Some(order_service::results::REDIS_USE),
-        "gateway" => Some(gateway::rate_limit::shared::REDIS_USE),
+        "gateway" => Some(gateway::startup::REDIS_USE),
         _ => None,
     }
 }
@@ -341,8 +341,15 @@ fn check_acl(f: &mut Failures, place: &str, users: &Acl, services: &[(&str, Peer
         if keys != ["~seckill:*"] {
             f.fail(place, format!("user {user}: keys {keys:?}, expected only ~seckill:*"));
         }
-        if !has("resetchannels") || rules.iter().any(|r| r.starts_with('&') || r == "allchannels") {
-            f.fail(place, format!("user {user}: no pub/sub channels (resetchannels)"));
+        let channels: Vec<&String> =
+            rules.iter().filter(|r| r.starts_with('&') || *r == "allchannels").collect();
+        let expected: &[&str] =
+            if redis_use(binary).is_some_and(|r| r.channels) { &["&seckill:*"] } else { &[] };
+        if !has("resetchannels") || channels != expected {
+            f.fail(
+                place,
+                format!("user {user}: channels {channels:?}, expected resetchannels then {expected:?}"),
+            );
         }
         let cmds: Vec<&String> = rules
             .iter()
@@ -476,7 +483,7 @@ fn the_checks_catch_too_wide_and_too_narrow_permissions() {
     }
 
     let order = redis_needs(&order_service::results::REDIS_USE);
-    let mut rules = vec!["on", "#00", "resetchannels", "~seckill:*", "-@all"];
+    let mut rules = vec!["on", "#00", "resetchannels", "&seckill:*", "~seckill:*", "-@all"];
     let plus: Vec<String> =
         order.iter().filter(|c| *c != "hdel").map(|c| format!("+{c}")).chain(["+keys".into()]).collect();
     rules.extend(plus.iter().map(String::as_str));

@@ -336,7 +336,9 @@ impl EventStream {
     pub async fn to_end(mut self, within: Duration) -> Vec<seckill_common::push::SseEvent> {
         let deadline = tokio::time::Instant::now() + within;
         let mut events = Vec::new();
-        while let Some(event) = self.next(deadline.saturating_duration_since(tokio::time::Instant::now())).await {
+        while let Some(event) =
+            self.next(deadline.saturating_duration_since(tokio::time::Instant::now())).await
+        {
             events.push(event);
         }
         events
@@ -617,7 +619,8 @@ impl System {
     /// Opens a stream with a ticket (`POST .../events/ticket` as `user_token`, then the stream
     /// without the token, as a browser's EventSource would).
     pub async fn open_stream_with_ticket(&self, user_token: &str, g: GoodsId) -> Result<EventStream, Answer> {
-        let (status, body) = self.post(&format!("/api/seckill/{g}/events/ticket"), Some(user_token), json!({})).await;
+        let (status, body) =
+            self.post(&format!("/api/seckill/{g}/events/ticket"), Some(user_token), json!({})).await;
         assert_eq!(status, 200, "stream ticket: {body}");
         self.stream_by_ticket(g, body["ticket"].as_str().unwrap()).await
     }

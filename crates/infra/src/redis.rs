@@ -221,6 +221,9 @@ pub const BASE_COMMANDS: [&str; 4] = ["ping", "script|load", "evalsha", "cluster
 pub struct RedisUse {
     pub scripts: &'static [&'static str],
     pub commands: &'static [&'static str],
+    /// Whether it publishes or listens on the sales' notice channels (`seckill:{<g>}:events`,
+    /// `seckill_common::push`): its ACL user may use the channels `seckill:*`, else none.
+    pub channels: bool,
 }
 
 /// The buy-path scripts (see `seckill_common::scripts`), hashed once.

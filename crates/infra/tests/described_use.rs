@@ -65,7 +65,7 @@ fn a_consumer_is_built_only_for_a_listed_source() {
 async fn a_script_not_listed_answers_an_error() {
     let test = TestNames::new();
     let redis = connect(&RedisSettings { url: redis_url(), ..Default::default() }).unwrap();
-    let listed = Scripts::of(&RedisUse { scripts: &[scripts::PATH_TOKEN], commands: &[] });
+    let listed = Scripts::of(&RedisUse { scripts: &[scripts::PATH_TOKEN], commands: &[], channels: false });
     listed.load(&redis).await.unwrap();
     let mut conn = redis.clone();
     let key = format!("{}seckill:token", test.redis_prefix);

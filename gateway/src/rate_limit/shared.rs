@@ -37,7 +37,7 @@ use crate::configuration::Quota;
 
 /// What the gateway runs on Redis: this one script (its Redis user allows exactly that,
 /// crates/deploy-check). `invoke_async` sends EVALSHA, and SCRIPT LOAD when Redis lost it.
-pub const REDIS_USE: RedisUse = RedisUse { scripts: &[scripts::RATE_LIMIT], commands: &[] };
+pub const REDIS_USE: RedisUse = RedisUse { scripts: &[scripts::RATE_LIMIT], commands: &[], channels: false };
 
 /// How long a replica decides alone after a failed Redis call before trying again.
 pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
