@@ -1,5 +1,5 @@
 // The buyer's side of the storefront: sign in, a countdown on the server's clock, and the buy
-// (path token, order, then the result polled with back-off). Plain JS, no framework: the page
+// (path token, order, then the result told on a stream of events, or polled with back-off). Plain JS, no framework: the page
 // itself is static, everything that moves comes from the JSON API.
 (function () {
   'use strict';
@@ -268,6 +268,81 @@
       $('pay').disabled = false;
     }
 
+    // The result as the shop tells it: a stream of server-sent events, read with fetch so the
+    // token travels in its header (never in a URL). Where the browser cannot read a stream, or
+    // the shop will not open one, polling.
+    async function follow() {
+      if (!(window.ReadableStream && window.TextDecoder && window.Response && 'body' in Response.prototype)) return poll();
+      var last = null;
+      var giveUp = Date.now() + 120000;
+      for (var attempt = 1; attempt <= 5 && Date.now() < giveUp; attempt++) {
+        var outcome = await listen(last);
+        if (outcome.done) return;
+        if (outcome.refused) break;
+        last = outcome.last;
+        // Dropped (the shop restarted, the network blinked): back with the last event's id.
+        await sleep(1000 + Math.random() * 1000);
+      }
+      return poll();
+    }
+
+    // One stream, until its final event ({done}), a refusal ({refused}) or a drop ({last}).
+    async function listen(last) {
+      var headers = { accept: 'text/event-stream', authorization: 'Bearer ' + token() };
+      if (last) headers['last-event-id'] = last;
+      var res;
+      try {
+        res = await fetch('/api/seckill/' + id + '/events', { headers: headers, cache: 'no-store', credentials: 'omit' });
+      } catch (e) {
+        return { last: last };
+      }
+      if (res.status === 204) return { done: true };
+      if (res.status !== 200 || !res.body) return { refused: true };
+      var reader = res.body.getReader(), decoder = new TextDecoder(), buffer = '', event = {}, held = null;
+      for (;;) {
+        var chunk;
+        try { chunk = await reader.read(); } catch (e) { return { last: last }; }
+        if (chunk.done) return { last: last };
+        buffer += decoder.decode(chunk.value, { stream: true });
+        var lines = buffer.split('\n');
+        buffer = lines.pop();
+        for (var i = 0; i < lines.length; i++) {
+          var line = lines[i].replace(/\r$/, '');
+          if (line === '') {
+            if (event.data !== undefined) {
+              if (event.id) last = event.id;
+              var word = told(event, held);
+              if (word === true) { reader.cancel(); return { done: true }; }
+              if (word) held = word;
+            }
+            event = {};
+          } else if (line[0] !== ':') {
+            var at = line.indexOf(':');
+            var field = at < 0 ? line : line.slice(0, at), value = at < 0 ? '' : line.slice(at + 1).replace(/^ /, '');
+            if (field === 'data') event.data = event.data === undefined ? value : event.data + '\n' + value;
+            else if (field === 'event' || field === 'id') event[field] = value;
+          }
+        }
+      }
+    }
+
+    // One event: true when it was the final word; else the result's status when it told one.
+    function told(event, held) {
+      var data;
+      try { data = JSON.parse(event.data); } catch (e) { return null; }
+      if (event.event === 'result') {
+        if (data.status === 'success') { won(data.order_id); return true; }
+        if (data.status === 'failed') { tell('Try again: your order did not go through, and its unit went back on sale.'); return true; }
+        if (data.status === 'none') { tell('Try again: the shop holds no order of yours for this sale.'); return true; }
+        tell('You are in the queue…');
+        return data.status;
+      }
+      // Sold out: the end for a buyer holding nothing; one whose order is queued waits for it.
+      if (event.event === 'sold_out' && held !== 'queued') { soldOut = true; tell(MESSAGES.SOLD_OUT); return true; }
+      if (event.event === 'replaced') { tell('Your order is followed in another tab of this shop.'); return true; }
+      return null;
+    }
+
     async function poll() {
       var delay = 200;
       var giveUp = Date.now() + 120000;
@@ -386,7 +461,7 @@
         } else {
           return settle(o);
         }
-        await poll();
+        await follow();
       } finally {
         busy = false;
         tick();

@@ -259,6 +259,32 @@ impl Browser {
         serde_json::from_value(seen).expect("a list of texts")
     }
 
+    /// Records the URL of every request the page makes with `fetch` from now on.
+    pub async fn record_fetches(&self) {
+        self.client
+            .execute(
+                "const fetch = window.fetch;
+                 window.seckillFetched = [];
+                 window.fetch = function (url) {
+                     window.seckillFetched.push(String(url));
+                     return fetch.apply(this, arguments);
+                 };",
+                vec![],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("watch the page's requests: {e}"));
+    }
+
+    /// The paths the page fetched since `record_fetches`.
+    pub async fn fetched(&self) -> Vec<String> {
+        let seen = self
+            .client
+            .execute("return window.seckillFetched || [];", vec![])
+            .await
+            .unwrap_or_else(|e| panic!("the page's requests: {e}"));
+        serde_json::from_value(seen).expect("a list of URLs")
+    }
+
     /// Saves what the browser shows as docs/screenshots/`name`.png when SECKILL_SCREENSHOTS is
     /// set (the README's pictures), else nothing.
     pub async fn screenshot(&self, name: &str) {

@@ -1,5 +1,5 @@
 //! A buyer's whole way through a sale's page: the countdown, the button coming alive when the
-//! sale opens, the buy, the order, the payment.
+//! sale opens, the buy, the order (told on a stream, without a poll), the payment.
 
 use seckill_e2e::spawn_system;
 
@@ -22,10 +22,17 @@ async fn a_buyer_waits_for_the_sale_buys_and_pays() {
 
     browser.wait_until("the button comes alive as the sale opens", || browser.enabled("buy")).await;
     assert!(browser.text("countdown").await.starts_with("On now: closes in "));
+    browser.record_fetches().await;
     browser.click("buy").await;
     let said = browser.wait_text("status", PATIENCE, |t| t.starts_with("You got it: order ")).await;
     let order_id: i64 = browser.text("order-id").await.parse().expect("an order id on the page");
     assert_eq!(said, format!("You got it: order {order_id}"));
+    // The order was told on the buy's stream: not one poll.
+    let fetched = browser.fetched().await;
+    let to = |path: &str| {
+        fetched.iter().filter(|url| url.ends_with(&format!("/api/seckill/{}/{path}", sale.id))).count()
+    };
+    assert_eq!((to("result"), to("events")), (0, 1), "the page's requests: {fetched:?}");
     assert!(browser.displayed("pay").await && !browser.displayed("paid").await);
     assert!(!browser.enabled("buy").await, "one unit a buyer: the button stays off");
     browser.screenshot("success").await;
