@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use redis::AsyncCommands;
 use seckill_common::api::{SeckillResult, SeckillStatus};
 use seckill_common::push::{EventKind, SseEvent};
+use seckill_common::room::{QueueState, QueueStatus, RoomRate, WaitingRoom};
 use seckill_common::{GoodsId, UserId};
 use serde_json::json;
 
@@ -213,4 +214,74 @@ async fn ten_thousand_connects_from_one_user_are_limited() {
     // Burst 10, then one a second.
     assert!(opened as f64 <= 10.0 + elapsed + 1.0, "{opened} opened in {elapsed:.1} s");
     assert_eq!(opened + limited, 10_000, "every other answer is 429");
+}
+
+/// A buyer waiting in a sale's room follows their place on the stream (opened with a ticket
+/// that carries their place, as a browser's EventSource would): the place as it moves, then
+/// the admission, which buys.
+#[tokio::test]
+async fn a_waiting_buyers_stream_tells_the_place_then_the_admission() {
+    let sys = spawn_system();
+    let room = WaitingRoom {
+        rate: RoomRate::PerSec(2),
+        opens_before_secs: 60,
+        admission_secs: 60,
+        pow_difficulty: 0,
+    };
+    let sale =
+        sys.create_room_sale(10, chrono::Duration::seconds(1), chrono::Duration::hours(1), room).await;
+    let users: Vec<i64> = (2_001..=2_008).collect();
+    let tokens = sys.dev_tokens(&users).await;
+    // Joined after the opening: places in arrival order.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut place_ticket = String::new();
+    for u in &users {
+        let (status, body) = sys.join_room(&tokens[u], sale.id).await;
+        assert_eq!(status, 200, "user {u}: {body}");
+        place_ticket = body["ticket"].as_str().unwrap().to_owned();
+    }
+    // The last to join waits longest: about four seconds at two places a second.
+    let last = &tokens[users.last().unwrap()];
+    let path = format!("/api/seckill/{}/events/ticket", sale.id);
+    let res = sys
+        .http
+        .post(sys.url(&path))
+        .bearer_auth(last)
+        .header("x-room-ticket", &place_ticket)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let ticket: serde_json::Value = res.json().await.unwrap();
+    let mut stream =
+        sys.stream_by_ticket(sale.id, ticket["ticket"].as_str().unwrap()).await.expect("a stream");
+
+    let mut places = Vec::new();
+    let admission = loop {
+        let event = stream.next(WITHIN).await.expect("the stream goes on until the admission");
+        if event.kind() != Some(EventKind::Queue) {
+            continue;
+        }
+        let status: QueueStatus = serde_json::from_str(&event.data).unwrap();
+        assert_eq!(status.ticket, place_ticket, "the stream tells this buyer's place");
+        match status.state {
+            QueueState::Waiting => places.push(status.ahead.unwrap()),
+            QueueState::Admitted => break status.admission.expect("an admission with the admitted state"),
+            other => panic!("{other:?} before the admission"),
+        }
+    };
+    assert!(
+        !places.is_empty() && places.windows(2).all(|w| w[0] > w[1]),
+        "places ahead, told as they fell: {places:?}"
+    );
+    let admitted = [("x-room-admission", admission.as_str())];
+    let res = sys
+        .http
+        .post(sys.url(&format!("/api/seckill/{}/token", sale.id)))
+        .bearer_auth(last)
+        .header(admitted[0].0, admitted[0].1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "the admission from the stream lets the buyer buy");
 }
