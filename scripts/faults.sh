@@ -12,7 +12,8 @@
 #                                    seckill-service on a sale split over 8 stock buckets;
 #                                    kill -9 of order-service started again while RabbitMQ is
 #                                    down; Redis FLUSHALL + CLIENT KILL with requests queued, and
-#                                    with 2,000 in a waiting room; two replicas of every service
+#                                    with 2,000 in a waiting room; kill -9 of a gateway holding
+#                                    the buyers' event streams; two replicas of every service
 #                                    with one of seckill- and order-service killed),
 #                                    small sales; writes nothing
 #   scripts/faults.sh CASE...        the named cases (`seckill-bench faults --list` names them)

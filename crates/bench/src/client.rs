@@ -155,7 +155,7 @@ impl Answer {
         Self { status, body, retry_after: None }
     }
 
-    fn failed(status: u16) -> Self {
+    pub fn failed(status: u16) -> Self {
         Self::new(status, Bytes::new())
     }
 }

@@ -5,7 +5,8 @@
 //! its answer was lost; after a 202 (or that 409) the result polled until `success` or
 //! `failed`, and after `failed` (the unit given back) another try, twice at most. Every answer
 //! that no client should see (a 5xx other than 503 and 504, an unexpected status) is recorded
-//! with when, who and what. On a sale with a waiting room a buyer brings its admission.
+//! with when, who and what. On a sale with a waiting room a buyer brings its admission. In a
+//! case with streams, the result is followed on the event stream instead (`streams`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +44,8 @@ pub struct Load {
     /// How long `none` after a 202 may last before it counts as lost (`queued` gets the whole
     /// `result_wait`: a backlog is slow, a `none` is a request the system forgot).
     pub none_grace: Duration,
+    /// Accepted requests are followed on the gateway's event stream, not polled (`streams`).
+    pub streams: bool,
 }
 
 impl Load {
@@ -60,6 +63,7 @@ impl Load {
             retry_budget: Duration::from_secs(90),
             result_wait: Duration::from_secs(150),
             none_grace: Duration::from_secs(15),
+            streams: false,
         }
     }
 
@@ -201,7 +205,7 @@ impl BuyerLog {
 
 /// Backoff between retries: 0.1 s doubling to 1 s, plus up to half again of jitter (from the
 /// user id and the try, so runs are alike and buyers spread).
-struct Backoff {
+pub(super) struct Backoff {
     next: Duration,
     seed: u64,
     tries: u64,
@@ -211,7 +215,7 @@ impl Backoff {
     const FIRST: Duration = Duration::from_millis(100);
     const MAX: Duration = Duration::from_secs(1);
 
-    fn new(seed: i64) -> Self {
+    pub(super) fn new(seed: i64) -> Self {
         Self { next: Self::FIRST, seed: seed.unsigned_abs(), tries: 0 }
     }
 
@@ -226,11 +230,11 @@ impl Backoff {
         d
     }
 
-    async fn wait(&mut self) {
+    pub(super) async fn wait(&mut self) {
         tokio::time::sleep(self.delay()).await;
     }
 
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.next = Self::FIRST;
     }
 }
@@ -388,7 +392,12 @@ pub async fn buyer(
             order_id: None,
             final_s: None,
         };
-        let accepted = poll(&load, &mut conn, &bearer, accepted, &mut log.tally, user_id).await;
+        let accepted = if load.streams {
+            let own = load.endpoints.iter().position(|e| Arc::ptr_eq(e, conn.endpoint())).unwrap_or(0);
+            super::streams::follow(&load, own, &bearer, accepted, &mut log.tally, user_id).await
+        } else {
+            poll(&load, &mut conn, &bearer, accepted, &mut log.tally, user_id).await
+        };
         let failed = accepted.state == FinalState::Failed;
         log.accepted.push(accepted);
         if failed && tries_after_failed < TRIES_AFTER_FAILED {

@@ -213,6 +213,11 @@ pub struct Case {
     /// Replicas of every service (buyers spread over the gateways).
     pub replicas: usize,
     pub extra: Vec<Extra>,
+    /// Buyers follow their accepted requests on the gateway's event streams instead of
+    /// polling (`streams`).
+    pub streams: bool,
+    /// The case's units when not the run's (`Config::units`).
+    pub units: Option<i64>,
 }
 
 /// The case sizes and timings of a full or a quick run.
@@ -268,11 +273,12 @@ impl Timing {
 }
 
 /// The CI subset run by `--quick`.
-pub const QUICK: [&str; 6] = [
+pub const QUICK: [&str; 7] = [
     "kill9-order",
     "kill9-seckill-buckets",
     "kill9-order-rabbitmq-down",
     "redis-flush-kill",
+    "streams-kill9-gateway",
     "room-redis-flush",
     "replicas",
 ];
@@ -301,6 +307,8 @@ pub fn all(t: Timing) -> Vec<Case> {
             buckets: 1,
             replicas: 1,
             extra: Vec::new(),
+            streams: false,
+            units: None,
         });
     }
     let seckill = Unit::first(Svc::Seckill);
@@ -316,6 +324,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 8,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
     });
     for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
         cases.push(Case {
@@ -329,6 +339,8 @@ pub fn all(t: Timing) -> Vec<Case> {
             buckets: 1,
             replicas: 1,
             extra: Vec::new(),
+            streams: false,
+            units: None,
         });
     }
     // A service killed and started again while a server is down: it must start and wait
@@ -366,6 +378,8 @@ pub fn all(t: Timing) -> Vec<Case> {
                 buckets: 1,
                 replicas: 1,
                 extra: Vec::new(),
+                streams: false,
+                units: None,
             });
         }
     }
@@ -390,6 +404,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
     });
     cases.push(Case {
         name: "postgres-restart".into(),
@@ -412,6 +428,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
     });
     cases.push(Case {
         name: "redis-flush-kill".into(),
@@ -432,6 +450,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
     });
     cases.push(Case {
         name: "redis-restart".into(),
@@ -441,6 +461,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
     });
     cases.push(Case {
         name: format!("order-down-{}s", t.long_outage.as_secs()),
@@ -454,6 +476,73 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: Vec::new(),
+        streams: false,
+        units: None,
+    });
+    // Buyers following their results on event streams through a Redis restart (the gateways'
+    // notice channel drops), a RabbitMQ restart and an order-service outage: every final
+    // answer arrives on a stream, once.
+    let with_streams = |c: &Case, name: &str| Case {
+        name: format!("streams-{name}"),
+        fault: format!(
+            "{}; every buyer follows its result on the gateway's event stream instead of polling",
+            c.fault
+        ),
+        streams: true,
+        ..c.clone()
+    };
+    for name in ["redis-restart", "rabbitmq-restart"] {
+        let c = cases.iter().find(|c| c.name == name).map(|c| with_streams(c, name));
+        cases.extend(c);
+    }
+    let outage = Duration::from_secs(10);
+    cases.push(Case {
+        name: "streams-order-down-10s".into(),
+        fault: format!(
+            "order-service down for {:.0} s (SIGTERM 1 s into the sale, started again after the outage); every \
+             buyer follows its result on the gateway's event stream instead of polling",
+            secs(outage)
+        ),
+        steps: vec![Wait(before), Fault, Term(order), Wait(outage), Start(order), Back],
+        arrive_over: t.arrive_over,
+        buckets: 1,
+        replicas: 1,
+        extra: Vec::new(),
+        streams: true,
+        units: None,
+    });
+    // A gateway killed under a thousand open streams: order-service is frozen while the sale's
+    // thousand units are bought, so every accepted buyer's stream is open when gateway replica
+    // 1 dies; its buyers reconnect to replica 0, and the orders come once order-service runs.
+    let (gateway1, order1) = (Unit::new(Svc::Gateway, 1), Unit::new(Svc::Order, 1));
+    cases.push(Case {
+        name: "streams-kill9-gateway".into(),
+        fault: format!(
+            "two replicas of each service, 1,000 units, every buyer following its result on a stream: both \
+             order-service replicas frozen (SIGSTOP) 1 s into the sale, kill -9 of gateway replica 1 5 s \
+             later with the streams of the accepted buyers open, order-service resumed and the gateway \
+             started again {:.0} s later",
+            secs(t.down)
+        ),
+        steps: vec![
+            Wait(before),
+            Pause(order),
+            Pause(order1),
+            Wait(Duration::from_secs(5)),
+            Fault,
+            Kill9(vec![gateway1]),
+            Wait(t.down),
+            Resume(order),
+            Resume(order1),
+            Start(gateway1),
+            Back,
+        ],
+        arrive_over: t.arrive_over,
+        buckets: 1,
+        replicas: 2,
+        extra: Vec::new(),
+        streams: true,
+        units: Some(1_000),
     });
     // A waiting room of thousands when the fault hits (never a Redis loss with a restart of
     // seckill-service: each keeps what the other loses of when admissions began).
@@ -475,6 +564,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 1,
         extra: vec![Extra::Room(p)],
+        streams: false,
+        units: None,
     };
     for svc in [Svc::Seckill, Svc::Gateway] {
         let unit = Unit::first(svc);
@@ -516,6 +607,8 @@ pub fn all(t: Timing) -> Vec<Case> {
         buckets: 1,
         replicas: 2,
         extra: vec![Extra::SoldOutEverywhere, Extra::ConsumersShare, Extra::OneLimit],
+        streams: false,
+        units: None,
     });
     cases
 }
@@ -547,7 +640,7 @@ mod tests {
     #[test]
     fn every_case_marks_its_fault_and_its_return() {
         let cases = all(Timing::new(false));
-        assert_eq!(cases.len(), 27);
+        assert_eq!(cases.len(), 31);
         for c in &cases {
             assert!((1..=MAX_REPLICAS).contains(&c.replicas), "{}", c.name);
             // A step may only act on a replica the case runs.
@@ -583,7 +676,7 @@ mod tests {
             ["kill9-gateway", "order-down-15s"]
         );
         assert!(select(t, false, &["nope".into()]).is_err());
-        assert_eq!(select(t, false, &[]).unwrap().len(), 27);
+        assert_eq!(select(t, false, &[]).unwrap().len(), 31);
     }
 
     #[test]
@@ -615,10 +708,14 @@ mod tests {
         let kill = Step::Kill9(vec![Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1)]);
         assert!(c.steps.contains(&kill), "{:?}", c.steps);
         assert_eq!(c.extra.len(), 3);
-        // Every other case runs one replica and adds nothing but its waiting room.
-        assert!(all(Timing::new(false)).iter().filter(|c| c.name != "replicas").all(|c| c.replicas == 1
-            && c.extra.iter().all(|e| e.room().is_some())
-            && c.extra.is_empty() != c.name.starts_with("room-")));
+        // Every other case runs one replica (but the gateway kill under streams) and adds nothing
+        // but its waiting room.
+        let others = ["replicas", "streams-kill9-gateway"];
+        assert!(all(Timing::new(false)).iter().filter(|c| !others.contains(&c.name.as_str())).all(|c| {
+            c.replicas == 1
+                && c.extra.iter().all(|e| e.room().is_some())
+                && c.extra.is_empty() != c.name.starts_with("room-")
+        }));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod fleet;
 pub mod replicas;
 pub mod room;
 pub mod servers;
+pub mod streams;
 pub mod transfers;
 pub mod verdict;
 
@@ -237,7 +238,7 @@ async fn run_case(
     index: usize,
 ) -> CaseResult {
     let started = Instant::now();
-    let units = cfg.units();
+    let units = case.units.unwrap_or_else(|| cfg.units());
     let mut r = CaseResult {
         name: case.name.clone(),
         fault: case.fault.clone(),
@@ -308,7 +309,9 @@ async fn run_sale(
     );
 
     // The load and the fault, side by side (and the hot user, when the case has one).
-    let load = Arc::new(Load::new(endpoints.clone(), g, t0));
+    let mut load = Load::new(endpoints.clone(), g, t0);
+    load.streams = case.streams;
+    let load = Arc::new(load);
     // Distinct users per case, so no case sees another's reservations or orders; the users
     // just below the buyers' are the case's own probes.
     let first = (index as i64 + 1) * 1_000_000;
@@ -380,6 +383,9 @@ async fn run_sale(
 
     if let Some(at) = r.timeline.server_back_s {
         checks.push(verdict::back_after_server(&logs, r.timeline.fault_s, at));
+    }
+    if case.streams {
+        checks.push(streams::judge(&logs, r.timeline.fault_s));
     }
     // What only a replicated case checks.
     if case.extra.contains(&Extra::SoldOutEverywhere) {
