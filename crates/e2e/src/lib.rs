@@ -231,8 +231,9 @@ pub fn spawn_system_with(options: Options) -> System {
             dir: options.storefront_dir.clone(),
             ..Default::default()
         },
-        // A lost notice shows within a test: a silent stream re-reads after a second.
-        push: gateway::configuration::PushSettings { reread_secs: 1, ..Default::default() },
+        // A lost notice shows within a test: a silent stream re-reads after a second; one with
+        // nothing to tell ends after a few (a client's request does not hang for ten minutes).
+        push: gateway::configuration::PushSettings { reread_secs: 1, idle_secs: 5, ..Default::default() },
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));

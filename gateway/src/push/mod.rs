@@ -331,3 +331,33 @@ pub async fn events(req: HttpRequest, gateway: web::Data<Gateway>) -> Result<Htt
 pub fn spawn_channel(lifecycle: &Lifecycle, push: Arc<Push>) {
     channel::spawn(lifecycle, push);
 }
+
+#[cfg(test)]
+mod tests {
+    use seckill_common::OrderId;
+    use seckill_common::api::SeckillStatus;
+
+    use super::*;
+
+    fn slot() -> Slot {
+        Slot { serial: 1, pending: Mutex::default(), wake: Notify::new() }
+    }
+
+    /// A stream whose client does not read takes nothing from its slot: however many notices
+    /// come meanwhile, the slot holds the latest result and one sold-out flag, not a queue.
+    #[test]
+    fn a_slot_keeps_the_latest_of_each_fact_however_many_arrive_unread() {
+        let slot = slot();
+        for order in 1..=100_000 {
+            let result = SeckillResult { status: SeckillStatus::Success, order_id: OrderId::new(order) };
+            slot.tell(|p| p.result = Some(result));
+            slot.tell(|p| p.sold_out = true);
+        }
+        let taken = slot.take();
+        assert_eq!(taken.result.and_then(|r| r.order_id), OrderId::new(100_000));
+        assert!(taken.sold_out && !taken.replaced && !taken.reread);
+        // Taken once: nothing left behind.
+        let again = slot.take();
+        assert!(again.result.is_none() && !again.sold_out);
+    }
+}

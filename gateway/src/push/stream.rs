@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use actix_web::web::{self, Bytes};
 use futures_util::Stream as _;
-use seckill_common::api::{SeckillResult, SeckillStatus};
+use seckill_common::api::{SaleState, SeckillResult, SeckillStatus};
 use seckill_common::push::{EventKind, SoldOutEvent};
 use seckill_common::room::{QueueState, QueueStatus};
 use seckill_common::{GoodsId, headers};
@@ -110,6 +110,9 @@ impl Stream {
             idle_until: now + Duration::from_secs(settings.idle_secs),
         };
         stream.tell_result(result);
+        if result.status == SeckillStatus::None {
+            stream.tell_sale_state().await;
+        }
         if !stream.ended
             && stream.room_ticket.is_some()
             && let Err((status, body)) = stream.update_queue().await?
@@ -230,9 +233,32 @@ impl Stream {
         }
         self.sold_out = true;
         self.reread().await;
-        if self.ended {
-            return;
+        if !self.ended {
+            self.write_sold_out();
         }
+    }
+
+    /// A buyer who holds nothing in a sale already sold out or over is told so at once (sold
+    /// out), or their stream ends after its first event (over): nothing is left to happen.
+    async fn tell_sale_state(&mut self) {
+        let path = format!("/api/seckill/{}/state", self.sale);
+        let Ok((200, body)) = self.gateway.proxy.get(Service::Seckill, &path).await else {
+            return;
+        };
+        let Ok(state) = serde_json::from_slice::<SaleState>(&body) else {
+            return;
+        };
+        if state.sold_out {
+            self.sold_out = true;
+            self.write_sold_out();
+        } else if chrono::Utc::now() >= state.end_at {
+            self.ended = true;
+        }
+    }
+
+    /// Writes `sold_out`; the stream of a buyer with nothing in flight (and not admitted to
+    /// buy) ends on it.
+    fn write_sold_out(&mut self) {
         self.write(EventKind::SoldOut, "sold_out", &SoldOutEvent { goods_id: self.sale });
         let holds_nothing = self.result.is_none_or(|r| r.status == SeckillStatus::None);
         let admitted = self.queue_id.as_deref().is_some_and(|id| id.starts_with("q.admitted"));

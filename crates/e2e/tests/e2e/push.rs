@@ -228,8 +228,7 @@ async fn a_waiting_buyers_stream_tells_the_place_then_the_admission() {
         admission_secs: 60,
         pow_difficulty: 0,
     };
-    let sale =
-        sys.create_room_sale(10, chrono::Duration::seconds(1), chrono::Duration::hours(1), room).await;
+    let sale = sys.create_room_sale(10, chrono::Duration::seconds(1), chrono::Duration::hours(1), room).await;
     let users: Vec<i64> = (2_001..=2_008).collect();
     let tokens = sys.dev_tokens(&users).await;
     // Joined after the opening: places in arrival order.
@@ -284,4 +283,26 @@ async fn a_waiting_buyers_stream_tells_the_place_then_the_admission() {
         .await
         .unwrap();
     assert_eq!(res.status(), 200, "the admission from the stream lets the buyer buy");
+}
+
+/// A buyer holding nothing who opens a stream on a sale already sold out is told so at once,
+/// and the stream ends: nothing is left to wait for. A winner's stream there tells the order.
+#[tokio::test]
+async fn a_stream_on_a_sold_out_sale_tells_a_buyer_with_nothing_at_once() {
+    let sys = spawn_system();
+    let sale = sys.open_sale(1).await;
+    let (winner, late) = (sys.dev_token(3_001, "user").await, sys.dev_token(3_002, "user").await);
+    let order = sys.buy_order(&winner, sale.id).await;
+    let (status, body) = sys.buy(&late, sale.id).await;
+    assert_eq!((status, body["code"].as_str()), (410, Some("SOLD_OUT")), "{body}");
+
+    let events = open(&sys, &late, sale.id).await.to_end(Duration::from_secs(3)).await;
+    let kinds: Vec<_> = events.iter().map(SseEvent::kind).collect();
+    assert_eq!(kinds, [Some(EventKind::Result), Some(EventKind::SoldOut)], "{events:?}");
+    assert_eq!(result_of(&events[0]).status, SeckillStatus::None);
+    let told = open(&sys, &winner, sale.id).await.to_end(Duration::from_secs(3)).await;
+    assert_eq!(
+        told.iter().map(result_of).map(|r| r.order_id.map(|o| o.get())).collect::<Vec<_>>(),
+        [Some(order)]
+    );
 }
