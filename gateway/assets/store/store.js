@@ -268,27 +268,32 @@
       $('pay').disabled = false;
     }
 
-    // The result as the shop tells it: a stream of server-sent events, read with fetch so the
-    // token travels in its header (never in a URL). Where the browser cannot read a stream, or
-    // the shop will not open one, polling.
-    async function follow() {
-      if (!(window.ReadableStream && window.TextDecoder && window.Response && 'body' in Response.prototype)) return poll();
+    // What the shop tells this buyer of this sale as it happens: a stream of server-sent events,
+    // read with fetch so the token travels in its header (never in a URL). `onEvent` gets each
+    // event and says when it was the last word. A dropped stream is opened again with the last
+    // event's id. {done} when the last word came; {refused} when the browser cannot read a
+    // stream or the shop will not open one (then the caller polls).
+    function canStream() {
+      return !!(window.ReadableStream && window.TextDecoder && window.Response && 'body' in Response.prototype);
+    }
+
+    async function stream(extra, onEvent) {
+      if (!canStream()) return { refused: true };
       var last = null;
       var giveUp = Date.now() + 120000;
       for (var attempt = 1; attempt <= 5 && Date.now() < giveUp; attempt++) {
-        var outcome = await listen(last);
-        if (outcome.done) return;
-        if (outcome.refused) break;
+        var outcome = await listen(last, extra, onEvent);
+        if (outcome.done || outcome.refused) return outcome;
         last = outcome.last;
         // Dropped (the shop restarted, the network blinked): back with the last event's id.
         await sleep(1000 + Math.random() * 1000);
       }
-      return poll();
+      return { refused: true };
     }
 
-    // One stream, until its final event ({done}), a refusal ({refused}) or a drop ({last}).
-    async function listen(last) {
-      var headers = { accept: 'text/event-stream', authorization: 'Bearer ' + token() };
+    // One stream, until its last word ({done}), a refusal ({refused}) or a drop ({last}).
+    async function listen(last, extra, onEvent) {
+      var headers = Object.assign({ accept: 'text/event-stream', authorization: 'Bearer ' + token() }, extra);
       if (last) headers['last-event-id'] = last;
       var res;
       try {
@@ -298,7 +303,7 @@
       }
       if (res.status === 204) return { done: true };
       if (res.status !== 200 || !res.body) return { refused: true };
-      var reader = res.body.getReader(), decoder = new TextDecoder(), buffer = '', event = {}, held = null;
+      var reader = res.body.getReader(), decoder = new TextDecoder(), buffer = '', event = {};
       for (;;) {
         var chunk;
         try { chunk = await reader.read(); } catch (e) { return { last: last }; }
@@ -311,9 +316,9 @@
           if (line === '') {
             if (event.data !== undefined) {
               if (event.id) last = event.id;
-              var word = told(event, held);
-              if (word === true) { reader.cancel(); return { done: true }; }
-              if (word) held = word;
+              var data = null;
+              try { data = JSON.parse(event.data); } catch (e) { data = null; }
+              if (data && onEvent(event.event, data)) { reader.cancel(); return { done: true }; }
             }
             event = {};
           } else if (line[0] !== ':') {
@@ -326,11 +331,20 @@
       }
     }
 
+    // The buy's result, told on the stream; polled where it cannot be.
+    async function follow() {
+      var held = null;
+      var outcome = await stream({}, function (kind, data) {
+        var word = told(kind, data, held);
+        if (word && word !== true) held = word;
+        return word === true;
+      });
+      if (!outcome.done) return poll();
+    }
+
     // One event: true when it was the final word; else the result's status when it told one.
-    function told(event, held) {
-      var data;
-      try { data = JSON.parse(event.data); } catch (e) { return null; }
-      if (event.event === 'result') {
+    function told(kind, data, held) {
+      if (kind === 'result') {
         if (data.status === 'success') { won(data.order_id); return true; }
         if (data.status === 'failed') { tell('Try again: your order did not go through, and its unit went back on sale.'); return true; }
         if (data.status === 'none') { tell('Try again: the shop holds no order of yours for this sale.'); return true; }
@@ -338,8 +352,8 @@
         return data.status;
       }
       // Sold out: the end for a buyer holding nothing; one whose order is queued waits for it.
-      if (event.event === 'sold_out' && held !== 'queued') { soldOut = true; tell(MESSAGES.SOLD_OUT); return true; }
-      if (event.event === 'replaced') { tell('Your order is followed in another tab of this shop.'); return true; }
+      if (kind === 'sold_out' && held !== 'queued') { soldOut = true; tell(MESSAGES.SOLD_OUT); return true; }
+      if (kind === 'replaced') { tell('Your order is followed in another tab of this shop.'); return true; }
       return null;
     }
 
@@ -396,8 +410,33 @@
       return patient('POST', '/api/seckill/' + id + '/queue', { json: { challenge: c.body.challenge, answer: answer } }, tell);
     }
 
-    // The waiting room: joins (or rejoins with the kept ticket), then asks where the buyer
-    // stands when the answer says to, until the place comes up (true: admitted).
+    // Where the buyer stands: true or false once the wait is over (admitted or not), else null.
+    function standing(q) {
+      keepTicket(q.ticket);
+      showPlace(q);
+      if (q.state === 'admitted') { admission = q.admission; return true; }
+      if (q.state === 'sold_out') { soldOut = true; tell(MESSAGES.SOLD_OUT); return false; }
+      if (q.state === 'closed') { tell('Your turn has passed: the line moved on.'); return false; }
+      tell(q.place ? 'You are in line. Keep this page open: your turn starts the buy by itself.'
+        : 'You are in the line. Places are drawn at random when the sale opens: joining early or late is the same.');
+      return null;
+    }
+
+    // The place as the shop tells it on the stream (with the place ticket), until the wait is
+    // over: true or false, or null when it could not be streamed (the page then asks).
+    async function streamPlace(ticket) {
+      var over = null;
+      var outcome = await stream({ 'x-room-ticket': ticket }, function (kind, data) {
+        if (kind === 'queue') over = standing(data);
+        else if (kind === 'sold_out') { soldOut = true; tell(MESSAGES.SOLD_OUT); over = false; }
+        return over !== null;
+      });
+      return outcome.done ? over : null;
+    }
+
+    // The waiting room: joins (or rejoins with the kept ticket), then follows where the buyer
+    // stands on the stream, or asks when the answer says to, until the place comes up (true:
+    // admitted).
     async function waitInRoom() {
       var ticket = keptTicket();
       tell('Joining the line…');
@@ -407,19 +446,19 @@
         r = await patient('POST', '/api/seckill/' + id + '/queue', { json: {} }, tell);
       }
       if (r.code === 'CHALLENGE_REQUIRED') r = await joinWithWork();
+      var streamable = canStream();
       for (;;) {
         if (r.status !== 200 || !r.body) {
           if (r.status >= 400 && r.status < 500) { settle(r); return false; }
           tell('Still in line: the shop did not answer, asking again…');
         } else {
           var q = r.body;
-          keepTicket(q.ticket);
-          showPlace(q);
-          if (q.state === 'admitted') { admission = q.admission; return true; }
-          if (q.state === 'sold_out') { soldOut = true; tell(MESSAGES.SOLD_OUT); return false; }
-          if (q.state === 'closed') { tell('Your turn has passed: the line moved on.'); return false; }
-          tell(q.place ? 'You are in line. Keep this page open: your turn starts the buy by itself.'
-            : 'You are in the line. Places are drawn at random when the sale opens: joining early or late is the same.');
+          var over = standing(q);
+          if (over === null && streamable) {
+            streamable = false;
+            over = await streamPlace(q.ticket);
+          }
+          if (over !== null) return over;
           // The shop says when to ask again (sooner as the turn nears).
           await sleep((q.poll_after_ms || 2000) + Math.random() * 200);
         }

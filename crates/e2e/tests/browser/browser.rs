@@ -259,14 +259,14 @@ impl Browser {
         serde_json::from_value(seen).expect("a list of texts")
     }
 
-    /// Records the URL of every request the page makes with `fetch` from now on.
+    /// Records every request the page makes with `fetch` from now on, as `<METHOD> <url>`.
     pub async fn record_fetches(&self) {
         self.client
             .execute(
                 "const fetch = window.fetch;
                  window.seckillFetched = [];
-                 window.fetch = function (url) {
-                     window.seckillFetched.push(String(url));
+                 window.fetch = function (url, options) {
+                     window.seckillFetched.push(((options && options.method) || 'GET') + ' ' + url);
                      return fetch.apply(this, arguments);
                  };",
                 vec![],
@@ -275,7 +275,7 @@ impl Browser {
             .unwrap_or_else(|e| panic!("watch the page's requests: {e}"));
     }
 
-    /// The paths the page fetched since `record_fetches`.
+    /// The requests the page made since `record_fetches`.
     pub async fn fetched(&self) -> Vec<String> {
         let seen = self
             .client

@@ -1,6 +1,6 @@
 //! A sale behind a waiting room: the buyer presses Buy once, the page does the room's proof of
-//! work, shows their place and those ahead going down as the room admits them, and buys by
-//! itself when the turn comes.
+//! work, shows their place and those ahead going down as the room admits them (told on its
+//! stream, not polled), and buys by itself when the turn comes.
 
 use seckill_common::room::{RoomRate, WaitingRoom};
 use seckill_e2e::spawn_system;
@@ -52,6 +52,7 @@ async fn a_buyer_waits_in_the_room_sees_the_place_move_and_buys_with_one_click()
         browser.record_texts(id).await;
     }
     // The one click of the test: everything after it is the page's own doing.
+    browser.record_fetches().await;
     browser.click("buy").await;
     browser.wait_for_text("room-place", "#4").await;
     assert!(!browser.enabled("buy").await, "no second press while in line");
@@ -59,6 +60,18 @@ async fn a_buyer_waits_in_the_room_sees_the_place_move_and_buys_with_one_click()
     let said = browser.wait_text("status", PATIENCE, |t| t.starts_with("You got it: order ")).await;
     let order_id: i64 = browser.text("order-id").await.parse().expect("an order id on the page");
     assert_eq!(said, format!("You got it: order {order_id}"));
+    // The place and the result were told on streams (one for the wait, one for the buy): the
+    // page asked for neither.
+    let fetched = browser.fetched().await;
+    let gets = |path: &str| {
+        let end = format!("/api/seckill/{}/{path}", sale.id);
+        fetched.iter().filter(|f| f.starts_with("GET ") && f.ends_with(&end)).count()
+    };
+    assert_eq!(
+        (gets("queue"), gets("result"), gets("events")),
+        (0, 0, 2),
+        "the page's requests: {fetched:?}"
+    );
 
     let places = browser.recorded_texts("room-place").await;
     assert!(
