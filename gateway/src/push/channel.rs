@@ -70,9 +70,16 @@ impl Channel {
         }
     }
 
-    /// Unsubscribes the sales this replica no longer holds streams of.
-    async fn prune(&self, push: &Push) {
+    /// Subscriptions follow the streams: the sales this replica holds streams of and is not
+    /// subscribed to (a stream opened while the connection came up) are subscribed, those it
+    /// no longer holds streams of unsubscribed (a stream opened for one meanwhile is
+    /// subscribed again at the next check, and re-reads until then).
+    async fn reconcile(&self, push: &Push) {
         let live: HashSet<GoodsId> = push.sales().into_iter().collect();
+        let missing: Vec<GoodsId> = live.iter().filter(|g| !self.subscribed().contains(g)).copied().collect();
+        for g in missing {
+            self.subscribe(g).await;
+        }
         let gone: Vec<GoodsId> = self.subscribed().iter().filter(|g| !live.contains(g)).copied().collect();
         let Some(mut sink) = self.sink() else {
             return;
@@ -116,7 +123,7 @@ impl Channel {
                 },
                 _ = check.tick() => {
                     tokio::time::timeout(ANSWER, sink.ping::<String>()).await??;
-                    self.prune(push).await;
+                    self.reconcile(push).await;
                 }
                 () = lifecycle.cancel.cancelled() => return Ok(true),
             }
