@@ -12,7 +12,10 @@
 #      seckill-bench. (SECKILL__AMQP__PREFIX; the queues and the exchange the services declare
 #      are deleted with `seckill-bench amqp-cleanup`, the delay queues' names from the order
 #      TTLs in effect: SECKILL__ORDER__TTL_SECS, else config/order-service.toml, else 1800; and
-#      the storm's, STORM_TTLS).
+#      the storm's, STORM_TTLS). `seckill-bench push` runs a system of its own under the prefix
+#      seckill_bench_push (databases seckill_bench_push_stock and _order, Redis keys
+#      seckill_bench_push:*, queues seckill_bench_push.*), which it removes itself before and
+#      after.
 #   1. The servers (lib.sh's ensure_servers), the release build, the clean-up above, then
 #      scripts/up.sh: the four services (as configured: seckill.require_token = true). Then,
 #      for the one-hop baseline, a trivial upstream (seckill-bench upstream, :18083) and a
@@ -37,7 +40,12 @@
 #      (sold-out-per-replica; the sale created through :8080) and through the forwarding
 #      gateway (sold-out-forwarded); then room (a sale behind a waiting room: joins, status
 #      polls, admissions, buys; Redis memory per waiting user from the join script run directly
-#      on a million users under the scratch prefix); then RabbitMQ persistent publishing with confirms, redis-benchmark
+#      on a million users under the scratch prefix); then push (buyers' event streams, on a
+#      system of its own: the four release binaries started by seckill-bench, its gateway on
+#      BENCH_PUSH_PORT; 20,000 streams held on one gateway replica (quick 5,000): memory per
+#      stream, CPU at rest; their buyers buying at 5,000/s asked: order commit to the `success`
+#      event; a spike followed half on streams, half polling: requests per buyer); then
+#      RabbitMQ persistent publishing with confirms, redis-benchmark
 #      EVALSHA of the gate script, pgbench one order per transaction on one hot row; then drain
 #      (closed loop, 500 connections), accept-at-rate (open loop at 0.6 x the RabbitMQ figure,
 #      500 connections), accept-sustained (open loop at 0.8 x drain's accepted rate) and
@@ -62,7 +70,8 @@
 # BENCH_UPSTREAM_PORT (18083), BENCH_HOP_PORT (18080), BENCH_HOP_ADMIN_PORT (19080: the hop
 # gateway's admin listener, away from the system gateway's 9080); BENCH_FORWARD_PORT (18180),
 # BENCH_FORWARD_ADMIN_PORT (19180) (the forwarding gateway),
-# BENCH_TWIN_PORT (18280), BENCH_TWIN_ADMIN_PORT (19280); SECKILL_PG_URL,
+# BENCH_TWIN_PORT (18280), BENCH_TWIN_ADMIN_PORT (19280); BENCH_PUSH_PORT (29180: the push
+# scenario's gateway; its services take the next four ports); SECKILL_PG_URL,
 # SECKILL_REDIS_URL, SECKILL_AMQP_URL as for up.sh. It needs psql and redis-cli (for the
 # clean-up). It refuses to start while the system is already up (it needs the configuration it
 # sets). A full run takes about 8 minutes after the build.
@@ -77,10 +86,12 @@ QUICK=${BENCH_QUICK:-0}
 if ((QUICK)); then
     REPEAT=${BENCH_REPEAT:-1} SECS=${BENCH_SECS:-3}
     SPIKE_USERS=5000 SOLD_USERS=5000 DRAIN_USERS=10000 RATE_USERS=5000 STORM_USERS=10000 ROOM_USERS=5000
+    PUSH_STREAMS=5000
     AMQP_MESSAGES=20000 REDIS_N=50000 PG_SECS=4
 else
     REPEAT=${BENCH_REPEAT:-3} SECS=${BENCH_SECS:-8}
     SPIKE_USERS=20000 SOLD_USERS=10000 DRAIN_USERS=50000 RATE_USERS=20000 STORM_USERS=50000 ROOM_USERS=20000
+    PUSH_STREAMS=20000
     AMQP_MESSAGES=100000 REDIS_N=200000 PG_SECS=10
 fi
 UPSTREAM_PORT=${BENCH_UPSTREAM_PORT:-18083}
@@ -90,6 +101,7 @@ FORWARD_PORT=${BENCH_FORWARD_PORT:-18180}
 FORWARD_ADMIN_PORT=${BENCH_FORWARD_ADMIN_PORT:-19180}
 TWIN_PORT=${BENCH_TWIN_PORT:-18280}
 TWIN_ADMIN_PORT=${BENCH_TWIN_ADMIN_PORT:-19280}
+PUSH_PORT=${BENCH_PUSH_PORT:-29180}
 GW=http://127.0.0.1:8080
 OUT=docs/bench
 BDIR=run/bench
@@ -236,9 +248,10 @@ for name in "${SERVICES[@]}"; do
         die "$name is already running (run/$name.pid): bench.sh starts the system itself with its own settings; stop it first with scripts/down.sh."
     fi
 done
-for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT" "$FORWARD_PORT" "$FORWARD_ADMIN_PORT" "$TWIN_PORT" "$TWIN_ADMIN_PORT"; do
+for port in "$UPSTREAM_PORT" "$HOP_PORT" "$HOP_ADMIN_PORT" "$FORWARD_PORT" "$FORWARD_ADMIN_PORT" "$TWIN_PORT" "$TWIN_ADMIN_PORT" \
+    "$PUSH_PORT" "$((PUSH_PORT + 1))" "$((PUSH_PORT + 2))" "$((PUSH_PORT + 3))" "$((PUSH_PORT + 4))"; do
     if _seckill_tcp_open 127.0.0.1 "$port"; then
-        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT / BENCH_FORWARD_PORT / BENCH_FORWARD_ADMIN_PORT / BENCH_TWIN_PORT / BENCH_TWIN_ADMIN_PORT."
+        die "port $port is in use; free it or set BENCH_UPSTREAM_PORT / BENCH_HOP_PORT / BENCH_HOP_ADMIN_PORT / BENCH_FORWARD_PORT / BENCH_FORWARD_ADMIN_PORT / BENCH_TWIN_PORT / BENCH_TWIN_ADMIN_PORT / BENCH_PUSH_PORT."
     fi
 done
 for tool in psql redis-cli; do
@@ -437,6 +450,13 @@ done
 measure room room --gateway "$GW" --no-path-token --users "$ROOM_USERS" --stock $((ROOM_USERS / 4)) -c 200 \
     --poll-secs "$SECS" --first-user 30000000 --memory-prefix "${REDIS_PREFIX}room-memory:" \
     --json "$OUT/room.json" --chart "$OUT/room.svg"
+
+# Buyers' event streams, on a system of its own (the release binaries under the prefix
+# seckill_bench_push on the same servers, their URLs read from the environment): PUSH_STREAMS
+# streams on one gateway replica, their buyers buying at 5,000/s asked, a spike of 4,000
+# followed half on streams, half polling.
+measure push push --bin-dir "$BIN_DIR" --scratch "$BDIR/push" --prefix seckill_bench_push --http-port "$PUSH_PORT" \
+    --streams "$PUSH_STREAMS" --rate 5000 --spike-buyers 4000 --json "$OUT/push.json"
 
 for i in $(seq 1 "$REPEAT"); do
     measure "amqp-publish #$i" amqp-publish --amqp-url "$SECKILL_AMQP_URL" --messages "$AMQP_MESSAGES" \

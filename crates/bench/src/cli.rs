@@ -106,6 +106,11 @@ pub enum Command {
     /// default), a fresh system of the four release binaries under names of its own, that many
     /// ended sales and a few live ones; each service's CPU over a minute of nothing happening.
     Idle(crate::idle::IdleArgs),
+    /// Buyers' event streams, on a fresh system of the four release binaries under --prefix
+    /// names: --streams (20,000) open on one gateway replica (its memory per stream, its CPU at
+    /// rest); their buyers buying at --rate (5,000/s): order commit to `success` event, p50 and
+    /// p99; a spike of --spike-buyers, half following on streams, half polling: requests per buyer.
+    Push(crate::push::PushArgs),
 }
 
 /// Where the report goes, and which processes to watch.
@@ -764,6 +769,11 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Faults(a) => run_faults(a).await,
         Command::Idle(a) => crate::idle::run(&a).await.map(|_| ExitCode::SUCCESS),
+        Command::Push(a) => {
+            let report = crate::push::run(&a).await?;
+            emit(&report, &a.out)?;
+            Ok(invariant_status(&report))
+        }
         Command::Markdown(a) => {
             markdown::write(&a.dir, &a.out)?;
             let c = markdown::Collected::read(&a.dir)?;

@@ -2,8 +2,9 @@
 //!
 //! It drives a running system through the gateway like real buyers (named scenarios: `seed`,
 //! `spike`, `sold-out`, `hot-user`, `drain`; `storm`, every unpaid order of a sale expiring at
-//! once while a spike runs; `room`, a sale behind a waiting room), checks the sale's invariants from outside, and
-//! measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
+//! once while a spike runs; `room`, a sale behind a waiting room; `push`, buyers' event
+//! streams: memory per stream, commit to event, requests per buyer), checks the sale's
+//! invariants from outside, and measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
 //! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
 //! same PostgreSQL, for comparison; `faults` is the fault suite's driver (scripts/faults.sh: services killed and
@@ -25,6 +26,7 @@ pub mod machine;
 pub mod markdown;
 pub mod memory;
 pub mod progress;
+pub mod push;
 pub mod record;
 pub mod report;
 pub mod room;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::invariants::Check;
 use crate::machine::{MachineFacts, ProcCpu};
 use crate::memory::ProcMemory;
+use crate::push::PushSummary;
 use crate::record::Call;
 use crate::report::{
     BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report, RoomSummary,
@@ -60,6 +61,8 @@ pub mod names {
     pub const STORM: &str = "storm";
     /// A sale behind a waiting room: joins, status polls, admissions, memory per waiting user.
     pub const ROOM: &str = "room";
+    /// Buyers' event streams: memory per open stream, commit to event, requests per buyer.
+    pub const PUSH: &str = "push";
 }
 
 /// A figure measured by another tool (redis-benchmark, pgbench), or a baseline skipped.
@@ -319,6 +322,7 @@ pub fn targets(c: &Collected) -> Vec<Target> {
 
     t.extend(storm(c));
     t.extend(room(c));
+    t.extend(push(c));
 
     t.push(match c.report(SEED) {
         Some((s, _)) => {
@@ -669,6 +673,67 @@ fn room(c: &Collected) -> Vec<Target> {
     ]
 }
 
+/// The event streams' targets: the gateway's memory per open stream, and order commit to the
+/// `success` event; its CPU at rest with them open, and a buyer's requests on a stream against
+/// polling, for context.
+fn push(c: &Collected) -> Vec<Target> {
+    const MEMORY: &str =
+        "event streams: the gateway's memory per open stream (RSS with them open minus before)";
+    const LATENCY: &str =
+        "event streams: order commit (its row's created_at) to the `success` event on the buyer's socket";
+    let (memory_goal, latency_goal) = ("<= 10 KiB", "p99 < 50 ms");
+    let Some(p) = c.report(names::PUSH).and_then(|(r, _)| r.push.as_ref()) else {
+        return vec![missing(MEMORY, memory_goal), missing(LATENCY, latency_goal)];
+    };
+    let streams = n0(p.opened as f64);
+    let (s, q) = (&p.stream_half, &p.poll_half);
+    let rest = format!(
+        "event streams: the gateway's CPU at rest with {streams} streams open, over {:.0} s (heartbeats, re-reads)",
+        p.rest_secs
+    );
+    let spike = "event streams: requests per buyer in a spike, following the result on a stream (path token + \
+                 order + stream) vs polling it (200 ms doubling to 2 s)";
+    vec![
+        Target {
+            what: format!("{MEMORY}, {streams} streams on one gateway replica"),
+            measured: format!(
+                "{:.2} KiB ({:.1} -> {:.1} MiB)",
+                p.gateway_kib_per_stream, p.gateway_rss_before_mib, p.gateway_rss_open_mib
+            ),
+            met: Some(p.opened > 0 && p.gateway_kib_per_stream <= 10.0),
+            ..missing(MEMORY, memory_goal)
+        },
+        Target {
+            measured: format!(
+                "{:.2}% of a core (seckill-service {:.2}%)",
+                p.gateway_rest_cpu_pct, p.seckill_rest_cpu_pct
+            ),
+            ..missing(&rest, "")
+        },
+        Target {
+            what: format!(
+                "{LATENCY}, buys asked at {} /s (reached {} accepted/s)",
+                n0(p.rate),
+                n0(p.accepted_per_sec)
+            ),
+            measured: format!(
+                "p99 {:.1} ms (p50 {:.1} ms, {} events)",
+                p.commit_to_event.p99_ms,
+                p.commit_to_event.p50_ms,
+                n0(p.told as f64)
+            ),
+            met: Some(p.told > 0 && p.commit_to_event.p99_ms < 50.0),
+            ..missing(LATENCY, latency_goal)
+        },
+        Target {
+            measured: format!("{:.2} a buyer, {:.2} an accepted one", s.per_buyer, s.per_accepted),
+            against: format!("polling {:.2} a buyer, {:.2} an accepted one", q.per_buyer, q.per_accepted),
+            ratio: (q.per_accepted > 0.0).then(|| s.per_accepted / q.per_accepted),
+            ..missing(spike, "")
+        },
+    ]
+}
+
 /// The largest resident memory of any service process (a service or a replica of it, the
 /// bench's extra gateways included) over every measurement of the run: the RSS sampled during
 /// each, and the kernel's high-water mark (VmHWM) at its end, which catches a peak between
@@ -994,6 +1059,8 @@ struct ScenarioView<'a> {
     storm: Option<&'a StormSummary>,
     /// `room`: joins, polls, admissions, memory per waiting user.
     room: Option<&'a RoomSummary>,
+    /// `push`: streams held, commit to event, requests per buyer.
+    push: Option<&'a PushSummary>,
     duration_secs: f64,
     memory: &'a [ProcMemory],
     cpu: Option<CpuView<'a>>,
@@ -1014,6 +1081,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
         SOLD_OUT_PER_REPLICA,
         SOLD_OUT_FORWARDED,
         ROOM,
+        PUSH,
         DRAIN,
         DRAIN_BACKLOG,
         SYNC,
@@ -1047,6 +1115,7 @@ fn scenarios(c: &Collected) -> Vec<ScenarioView<'_>> {
                 sync: r.sync.as_ref(),
                 storm: r.storm.as_ref(),
                 room: r.room.as_ref(),
+                push: r.push.as_ref(),
                 duration_secs: r.duration_secs,
                 memory: &r.memory,
                 cpu: CpuView::of(r),
@@ -1418,6 +1487,7 @@ mod tests {
             sync: None,
             storm: None,
             room: None,
+            push: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -1479,6 +1549,8 @@ mod tests {
                 ">= 0.5",
                 ">= 0.83 (cost within 1.2 x)",
                 "<= 64 B",
+                "<= 10 KiB",
+                "p99 < 50 ms",
                 "<= 0.25 s",
                 "<= 100 MiB"
             ],
@@ -1515,6 +1587,33 @@ mod tests {
             (Some(true), "140.0 B at 20,000, 19.5 B at 1,000,000")
         );
         assert!(render(&c).unwrap().contains("**12,000 joins/s**"));
+    }
+
+    #[test]
+    fn the_streams_memory_and_latency_are_held_to_their_goals() {
+        let mut r = report(KIND_SCENARIO, names::PUSH, "events", 1_000.0);
+        let half = |per_accepted| crate::push::SpikeHalf { per_accepted, ..Default::default() };
+        r.push = Some(PushSummary {
+            opened: 20_000,
+            gateway_kib_per_stream: 7.5,
+            commit_to_event: Latency { p50_ms: 9.0, p99_ms: 61.0, ..Latency::default() },
+            told: 20_000,
+            stream_half: half(3.0),
+            poll_half: half(6.0),
+            ..PushSummary::default()
+        });
+        let mut c = Collected::default();
+        c.reports.insert(names::PUSH.into(), vec![r]);
+        let t = targets(&c);
+        let memory = row(&t, "event streams: the gateway's memory per open stream");
+        assert_eq!((memory.met, memory.goal.as_str()), (Some(true), "<= 10 KiB"));
+        let latency = row(&t, "event streams: order commit");
+        assert_eq!(
+            (latency.met, latency.measured.as_str()),
+            (Some(false), "p99 61.0 ms (p50 9.0 ms, 20,000 events)")
+        );
+        assert_eq!(row(&t, "event streams: requests per buyer").ratio, Some(0.5));
+        assert!(render(&c).unwrap().contains("**7.50 KiB a stream**"));
     }
 
     /// A drain-like scenario run: `accepted` buys/s, order p99 `p99_ms`.

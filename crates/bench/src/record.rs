@@ -29,10 +29,12 @@ pub enum Call {
     Queue,
     /// ...and as a page asks, with back-off.
     QueueWait,
+    /// `GET /api/seckill/{id}/events`: a stream opened, until its first event (the `push` scenario).
+    Events,
 }
 
 impl Call {
-    pub const ALL: [Call; 9] = [
+    pub const ALL: [Call; 10] = [
         Call::PathToken,
         Call::Order,
         Call::Result,
@@ -42,6 +44,7 @@ impl Call {
         Call::Join,
         Call::Queue,
         Call::QueueWait,
+        Call::Events,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Call {
             Self::Join => "join",
             Self::Queue => "queue",
             Self::QueueWait => "queue-wait",
+            Self::Events => "events",
         }
     }
 }

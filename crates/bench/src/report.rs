@@ -46,6 +46,9 @@ pub struct Report {
     /// The `room` scenario's figures: joins, polls, admissions, memory per waiting user.
     #[serde(default)]
     pub room: Option<RoomSummary>,
+    /// The `push` scenario's figures: streams held, commit to event, requests per buyer.
+    #[serde(default)]
+    pub push: Option<crate::push::PushSummary>,
     #[serde(default)]
     pub invariants: Vec<Check>,
     #[serde(default)]
@@ -346,6 +349,7 @@ impl Report {
             sync: None,
             storm: None,
             room: None,
+            push: None,
             invariants: Vec::new(),
             memory: Vec::new(),
             cpu: None,
@@ -473,6 +477,9 @@ impl Report {
         }
         if let Some(r) = &self.room {
             out.push_str(&room_lines(r));
+        }
+        if let Some(p) = &self.push {
+            let _ = writeln!(out, "push: {}", serde_json::to_string(p).unwrap_or_default());
         }
         if !self.memory.is_empty() {
             let m: Vec<String> = self

@@ -715,6 +715,7 @@ async fn report_run(
         sync: None,
         storm: None,
         room: None,
+        push: None,
         invariants: checks,
         memory: timed.memory,
         cpu: Some(timed.cpu),

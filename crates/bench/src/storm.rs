@@ -284,6 +284,7 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
         sync: None,
         storm: Some(summary),
         room: None,
+        push: None,
         invariants: checks,
         memory: storm.memory,
         cpu: Some(storm.cpu),
