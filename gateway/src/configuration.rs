@@ -55,8 +55,9 @@ pub struct PushSettings {
     pub heartbeat_secs: u64,
     /// A stream that told nothing for this long ends (a page still open reconnects).
     pub idle_secs: u64,
-    /// A stream that heard nothing for this long reads its buyer's result again, then after
-    /// twice as long, up to a minute: a lost notice delays a final answer by at most that.
+    /// A stream whose buyer has a request in flight and that heard nothing for this long reads
+    /// the result again, then after twice as long, up to a minute: a lost notice delays a final
+    /// answer by at most that. A stream at rest re-reads once a minute.
     pub reread_secs: u64,
     /// How long a stream ticket (`POST .../events/ticket`) may wait for its one use.
     pub ticket_ttl_secs: u64,

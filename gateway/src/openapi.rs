@@ -553,7 +553,7 @@ errors!(EventsErrors: BAD_GOODS_ID, NO_SALE, STREAM_LIMIT, ROOM_TICKET, &[
     ),
     (
         ErrorCode::InvalidInput,
-        "The query holds something other than `ticket` and `last_event_id`.",
+        "The query names `ticket` or `last_event_id` more than once.",
     ),
     (
         ErrorCode::Busy,

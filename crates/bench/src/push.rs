@@ -22,7 +22,9 @@
 //!    set against its order's `created_at`, read from the fleet's order database: p50 and p99
 //!    of commit to event. `created_at` is the insert's time (PostgreSQL's `now()`, its
 //!    transaction's start), a little before the commit: the figures are a little long.
-//! 3. A spike: `--spike-buyers` (4,000) on a sale of a quarter as many units, at the same rate.
+//! 3. A spike: `--spike-buyers` (4,000) on a sale of a quarter as many units, at the same rate,
+//!    order-service frozen (SIGSTOP) for its first `--backlog-secs` (3) as under a real
+//!    spike's backlog.
 //!    Each accepted buyer follows its result as the storefront's page does: the even ones on a
 //!    stream opened after the 202 (one `GET .../events`, no poll; polls only if it ends without
 //!    a final word), the odd ones polling `GET .../result` (after 200 ms, doubling to 2 s, until
@@ -67,6 +69,7 @@ use crate::progress::Progress;
 use crate::record::{Call, Clock, Event};
 use crate::report::{KIND_SCENARIO, Report, now_rfc3339};
 use crate::scenario::{create_sale, dev_token, mint_tokens};
+use crate::signal::Signal;
 use crate::stats::{Latency, latency_of, per_sec};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +78,8 @@ const FINAL_WAIT: Duration = Duration::from_secs(60);
 /// Streams being opened at a time; opening ends when none has opened for this long.
 const OPENING: usize = 200;
 const STALL: Duration = Duration::from_secs(30);
+/// Tries of a stream's opening answered 503.
+const OPEN_TRIES: u32 = 5;
 const FIRST_USER: i64 = 40_000_000;
 
 diesel::table! {
@@ -103,6 +108,10 @@ pub struct PushArgs {
     /// The spike's buyers, half following on streams, half polling; a quarter as many units.
     #[arg(long, default_value_t = 4_000)]
     pub spike_buyers: u64,
+    /// Seconds order-service is frozen (SIGSTOP) from the spike's start: the backlog of a real
+    /// spike, during which a polling page asks again and again and a stream waits.
+    #[arg(long, default_value_t = 3)]
+    pub backlog_secs: u64,
     /// Where gateway, seckill-service, order-service and stock-service are.
     #[arg(long, default_value = "target/release")]
     pub bin_dir: PathBuf,
@@ -242,12 +251,19 @@ async fn listen(
         None => (None, None),
     };
     let start = Instant::now();
-    let opened = tokio::time::timeout(TIMEOUT, open(&ctx.endpoint, &sale.events, &bearer)).await;
-    let (mut body, mut first) = match opened.unwrap_or(Err(STATUS_TIMEOUT)) {
-        Ok(body) => (body, Some(permit)),
-        Err(status) => {
-            ctx.first_event(status, start);
-            return false;
+    // A 503 (the gateway or seckill-service shedding a burst of opens) is tried again, as a
+    // client does, a few times.
+    let mut tries = 0;
+    let (mut body, mut first) = loop {
+        tries += 1;
+        let opened = tokio::time::timeout(TIMEOUT, open(&ctx.endpoint, &sale.events, &bearer)).await;
+        match opened.unwrap_or(Err(STATUS_TIMEOUT)) {
+            Ok(body) => break (body, Some(permit)),
+            Err(503) if tries < OPEN_TRIES => tokio::time::sleep(Duration::from_secs(1)).await,
+            Err(status) => {
+                ctx.first_event(status, start);
+                return false;
+            }
         }
     };
     let mut reader = SseReader::default();
@@ -562,8 +578,16 @@ async fn measure(
     // 3. The spike.
     eprintln!("push: a spike of {m} buyers, half on streams, half polling");
     let spike_sale = create_sale(&mut admin, &admin_token, "bench push spike", units, 1, ago, None).await?;
-    let [stream_half, poll_half] =
-        spike(&ctx, &Sale::new(spike_sale.id.get()), conns, &spike_bearers, a.rate).await?;
+    let order = pid(Svc::Order)?;
+    crate::signal::send(order, Signal::STOP)?;
+    let backlog = Duration::from_secs(a.backlog_secs);
+    let thaw = tokio::spawn(async move {
+        tokio::time::sleep(backlog).await;
+        crate::signal::send(order, Signal::CONT)
+    });
+    let spiked = spike(&ctx, &Sale::new(spike_sale.id.get()), conns, &spike_bearers, a.rate).await;
+    thaw.await.context("thawing order-service")??;
+    let [stream_half, poll_half] = spiked?;
 
     let p = PushSummary {
         streams,

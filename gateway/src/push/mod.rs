@@ -269,7 +269,7 @@ struct EventsQuery {
 pub async fn events(req: HttpRequest, gateway: web::Data<Gateway>) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&req)?;
     let query = web::Query::<EventsQuery>::from_query(req.query_string())
-        .map_err(|_| ApiError::invalid("the query holds only `ticket` and `last_event_id`"))?
+        .map_err(|_| ApiError::invalid("the query names `ticket` or `last_event_id` more than once"))?
         .into_inner();
     let push = gateway.push.clone();
     let (caller, room_ticket, ticket) = match &query.ticket {

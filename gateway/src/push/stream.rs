@@ -81,7 +81,7 @@ impl Stream {
         last_event_id: Option<String>,
     ) -> Result<Opened, ApiError> {
         let sale = registration.key.0;
-        let result = match read_result(&gateway, sale, &caller).await? {
+        let result = match Box::pin(read_result(&gateway, sale, &caller)).await? {
             Ok(result) => result,
             Err((status, body)) => return Ok(Opened::Refused(status, body)),
         };
@@ -209,7 +209,16 @@ impl Stream {
         let now = Instant::now();
         self.idle_until = now + Duration::from_secs(settings.idle_secs);
         self.reread_gap = Duration::from_secs(settings.reread_secs);
-        self.next_reread = now + self.reread_gap;
+        self.next_reread = now + self.silence();
+    }
+
+    /// How long the stream waits for news before reading the result again: from
+    /// `push.reread_secs`, doubling, while the buyer has a request in flight (its final answer
+    /// is what a lost notice would delay); a minute otherwise (a stream at rest costs its
+    /// heartbeats, and a re-read a minute).
+    fn silence(&self) -> Duration {
+        let in_flight = self.result.is_some_and(|r| r.status == SeckillStatus::Queued);
+        if in_flight { self.reread_gap } else { MAX_REREAD }
     }
 
     /// Tells a result that differs from the last told; a final one ends the stream.
@@ -242,7 +251,7 @@ impl Stream {
     /// out), or their stream ends after its first event (over): nothing is left to happen.
     async fn tell_sale_state(&mut self) {
         let path = format!("/api/seckill/{}/state", self.sale);
-        let Ok((200, body)) = self.gateway.proxy.get(Service::Seckill, &path).await else {
+        let Ok((200, body)) = Box::pin(self.gateway.proxy.get(Service::Seckill, &path)).await else {
             return;
         };
         let Ok(state) = serde_json::from_slice::<SaleState>(&body) else {
@@ -270,7 +279,9 @@ impl Stream {
     /// Reads the result again (nothing heard for a while, or the channel was down).
     async fn reread(&mut self) {
         metrics::counter!("gateway_push_rereads_total").increment(1);
-        match read_result(&self.gateway, self.sale, &self.caller).await {
+        // Boxed, as every hop here: the stream's state is as large as its largest await, and
+        // it is kept for every open stream however seldom it reads.
+        match Box::pin(read_result(&self.gateway, self.sale, &self.caller)).await {
             Ok(Ok(result)) => self.tell_result(result),
             Ok(Err((status, _))) => {
                 tracing::debug!(goods_id = %self.sale, status, "push: a re-read was refused")
@@ -278,7 +289,7 @@ impl Stream {
             Err(e) => tracing::debug!(goods_id = %self.sale, error = %e.message, "push: a re-read failed"),
         }
         self.reread_gap = (self.reread_gap * 2).min(MAX_REREAD);
-        self.next_reread = Instant::now() + self.reread_gap;
+        self.next_reread = Instant::now() + self.silence();
     }
 
     /// Where the buyer stands in the room: from the mirror, or asked of seckill-service (whose
@@ -291,11 +302,13 @@ impl Stream {
             Some(status) => status,
             None => {
                 let path = format!("/api/seckill/{}/queue", self.sale);
-                let (status, body) = self
-                    .gateway
-                    .proxy
-                    .get_as(Service::Seckill, &path, &self.caller, Some((headers::ROOM_TICKET, &ticket)))
-                    .await?;
+                let read = self.gateway.proxy.get_as(
+                    Service::Seckill,
+                    &path,
+                    &self.caller,
+                    Some((headers::ROOM_TICKET, &ticket)),
+                );
+                let (status, body) = Box::pin(read).await?;
                 if status != 200 {
                     return Ok(Err((status, body)));
                 }
