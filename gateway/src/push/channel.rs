@@ -4,6 +4,7 @@
 //! every few seconds finds a connection that died without closing.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -32,6 +33,8 @@ pub struct Channel {
     sink: Mutex<Option<PubSubSink>>,
     subscribed: Mutex<HashSet<GoodsId>>,
     keys: RedisKeys,
+    /// Connections made so far: one while Redis stays up.
+    connects: AtomicU64,
 }
 
 impl Channel {
@@ -39,7 +42,18 @@ impl Channel {
         let url =
             settings.urls().into_iter().next().ok_or_else(|| ConfigError::at("redis.url", "is empty"))?;
         let client = redis::Client::open(url).map_err(|e| ConfigError::at("redis.url", e.to_string()))?;
-        Ok(Self { client, sink: Mutex::default(), subscribed: Mutex::default(), keys })
+        Ok(Self {
+            client,
+            sink: Mutex::default(),
+            subscribed: Mutex::default(),
+            keys,
+            connects: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times the connection was made: more than once, it was lost (or refused) between.
+    pub fn connects(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
     }
 
     fn sink(&self) -> Option<PubSubSink> {
@@ -110,6 +124,7 @@ impl Channel {
         *self.subscribed() = sales.into_iter().collect();
         *self.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(sink.clone());
         metrics::gauge!("gateway_push_channel_up").set(1.0);
+        self.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!("push: listening for notices on Redis");
         // Notices published while no connection was up are lost: read again.
         push.reread_all();
@@ -122,7 +137,8 @@ impl Channel {
                     None => anyhow::bail!("the connection closed"),
                 },
                 _ = check.tick() => {
-                    tokio::time::timeout(ANSWER, sink.ping::<String>()).await??;
+                    // In subscriber mode Redis answers a PING with ["pong", ""], not a string.
+                    tokio::time::timeout(ANSWER, sink.ping::<redis::Value>()).await??;
                     self.reconcile(push).await;
                 }
                 () = lifecycle.cancel.cancelled() => return Ok(true),

@@ -10,6 +10,7 @@ mod identity;
 mod limits;
 mod openapi;
 mod overload;
+mod push;
 mod read_bounds;
 mod rooms;
 mod routes;
