@@ -14,8 +14,8 @@
 //!    Memory per stream: the gateway's RSS (`/proc`) after `--rest-secs` with them open minus
 //!    its RSS before the first (every token minted already), over the streams open; the load
 //!    generator's own likewise. CPU at rest: the gateway's and seckill-service's ticks over
-//!    those `--rest-secs` (20 s) of nothing but open streams (heartbeats; each stream's re-read
-//!    of its result after 5, 10, 20 s of silence goes through seckill-service).
+//!    those `--rest-secs` (20 s) of nothing but open streams (heartbeats; a stream at rest
+//!    re-reads its result through seckill-service once a minute).
 //! 2. The buyers whose stream opened buy (path token, then order), open loop at `--rate`
 //!    (5,000) a second on `--connections` keep-alive connections (later when every one is busy:
 //!    the rate reached is reported). Each `success` event's arrival on the buyer's socket is
