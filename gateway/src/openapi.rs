@@ -632,6 +632,19 @@ mod operations {
 
     use super::*;
 
+    /// One event of a stream (`GET /api/seckill/{goods_id}/events`), as its fields read; the
+    /// stream's `retry:` line and its heartbeat comments are no events.
+    #[derive(ToSchema)]
+    struct StreamEvent {
+        /// Names the state the event tells (`r.success.41`, `q.waiting.120.37`): send it back
+        /// as `Last-Event-ID` when reconnecting.
+        id: String,
+        event: seckill_common::push::EventKind,
+        /// One line of JSON: a `SeckillResult` (`result`), a `QueueStatus` (`queue`), a
+        /// `SoldOutEvent` (`sold_out`), `{}` (`replaced`).
+        data: String,
+    }
+
     /// The body of `GET /readyz`.
     #[derive(ToSchema)]
     struct Readiness {
@@ -759,9 +772,9 @@ mod operations {
         responses(
             (
                 status = 200,
-                description = "The stream: `id:`, `event:` (an `EventKind`) and one `data:` line of JSON an event.",
+                description = "The stream: its events, each as its fields read.",
                 content_type = "text/event-stream",
-                body = String,
+                body = StreamEvent,
             ),
             (status = 204, description = "The client's last event was its final answer: nothing more will come."),
             EventsErrors,

@@ -55,6 +55,8 @@ pub struct Options {
     pub redis_cluster: Option<String>,
     /// Every service's `http.read_timeout_ms`; None: the default.
     pub read_timeout_ms: Option<u64>,
+    /// How long a buyer's event stream with nothing to tell stays open (`push.idle_secs`).
+    pub stream_idle_secs: u64,
 }
 
 impl Default for Options {
@@ -70,6 +72,7 @@ impl Default for Options {
             storefront_dir: None,
             redis_cluster: None,
             read_timeout_ms: None,
+            stream_idle_secs: 5,
         }
     }
 }
@@ -233,7 +236,11 @@ pub fn spawn_system_with(options: Options) -> System {
         },
         // A lost notice shows within a test: a silent stream re-reads after a second; one with
         // nothing to tell ends after a few (a client's request does not hang for ten minutes).
-        push: gateway::configuration::PushSettings { reread_secs: 1, idle_secs: 5, ..Default::default() },
+        push: gateway::configuration::PushSettings {
+            reread_secs: 1,
+            idle_secs: options.stream_idle_secs,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let gateway = RunningService::start(move || gateway::startup::build(s));

@@ -49,7 +49,10 @@ async fn every_answer_matches_the_document_and_none_is_a_5xx() {
         anonymous: wide,
         ..RateLimitSettings::default()
     };
-    let sys = spawn_system_with(Options { rate_limits: Some(limits), ..Options::default() });
+    // A stream the client opens on a sale where nothing will happen ends after a second, so
+    // each example of the stream's route takes that at most.
+    let sys =
+        spawn_system_with(Options { rate_limits: Some(limits), stream_idle_secs: 1, ..Options::default() });
     let (user, admin) = seed_data(&sys).await;
 
     let operations = documented_operations(&sys).await;
