@@ -9,7 +9,7 @@ use actix_web::web;
 use anyhow::Context;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
-use seckill_infra::redis::RedisUse;
+use seckill_infra::redis::{Redis, RedisUse};
 use seckill_web::shed::InFlight;
 use seckill_web::{Application, Door, Lifecycle, Service, Ticker};
 
@@ -56,13 +56,16 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         .with_rules(&settings.auth);
     let trust = Arc::new(Trust::for_service(Peer::Gateway, &settings.trust)?);
     let proxy = Proxy::new(&settings.upstreams, trust)?;
-    let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings)?)?);
+    // One connection for the shared limits and the stream tickets (lazy: the first call connects).
+    let redis = seckill_infra::redis::connect(&settings.redis).context("redis.url")?;
+    let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings, &redis))?);
     let storefront = Storefront::new(&settings.storefront, settings.auth.dev_tokens)?;
     let lifecycle = Lifecycle::new();
     let push = Arc::new(Push::new(
         settings.push.clone(),
         lifecycle.draining.clone(),
         settings.jwt_secret()?,
+        redis,
         &settings.redis,
         RedisKeys::new(settings.redis.key_prefix.clone()),
     )?);
@@ -134,16 +137,15 @@ fn spawn_storefront_writer(lifecycle: &Lifecycle, gateway: web::Data<Gateway>, e
 /// The shared buckets, when `rate_limit.shared`. Nothing is connected yet: the first request
 /// connects, and a Redis that does not answer leaves each replica limiting alone (logged),
 /// so the gateway starts and serves without it.
-fn shared_limits(settings: &Settings) -> anyhow::Result<Option<SharedLimits>> {
+fn shared_limits(settings: &Settings, redis: &Redis) -> Option<SharedLimits> {
     if !settings.rate_limit.shared {
         tracing::warn!("rate_limit.shared is off: each gateway replica limits alone");
-        return Ok(None);
+        return None;
     }
-    let redis = seckill_infra::redis::connect(&settings.redis).context("rate_limit.shared: redis.url")?;
-    Ok(Some(SharedLimits::new(
-        redis,
+    Some(SharedLimits::new(
+        redis.clone(),
         RedisKeys::new(settings.redis.key_prefix.clone()),
         settings.rate_limit.lease,
         Duration::from_millis(settings.rate_limit.shared_timeout_ms),
-    )))
+    ))
 }

@@ -265,6 +265,39 @@ impl Conn {
     }
 }
 
+/// Opens a buyer's event stream (`path`, `GET .../events`) on a connection of its own, with
+/// `Last-Event-ID` when given: its body once answered 200, else the answer
+/// ([`STATUS_ERROR`] when none came).
+pub async fn open_events(
+    endpoint: &Endpoint,
+    path: &str,
+    bearer: &HeaderValue,
+    last_event_id: Option<&str>,
+) -> Result<hyper::body::Incoming, Answer> {
+    fn failed<E>(_: E) -> Answer {
+        Answer::failed(STATUS_ERROR)
+    }
+    let socket = TcpStream::connect(endpoint.addr).await.map_err(failed)?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(socket)).await.map_err(failed)?;
+    tokio::spawn(connection);
+    let mut request = Request::get(endpoint.path(path))
+        .header(HOST, endpoint.host.clone())
+        .header(AUTHORIZATION, bearer.clone())
+        .header(hyper::header::ACCEPT, "text/event-stream");
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    let request = request.body(http_body_util::Empty::<Bytes>::new()).map_err(failed)?;
+    let response = sender.send_request(request).await.map_err(failed)?;
+    let status = response.status().as_u16();
+    if status == 200 {
+        return Ok(response.into_body());
+    }
+    let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Err(Answer::new(status, body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

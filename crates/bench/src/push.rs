@@ -41,25 +41,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use diesel::{ExpressionMethods, QueryDsl};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper::header::{ACCEPT, AUTHORIZATION, HOST, HeaderName, HeaderValue};
-use hyper_util::rt::TokioIo;
+use http_body_util::BodyExt;
+use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::{SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::headers::SECKILL_TOKEN;
 use seckill_common::push::{EventKind, SseReader};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use crate::cli::Output;
-use crate::client::{Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT};
+use crate::client::{Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, open_events};
 use crate::faults::cases::{Svc, Unit};
 use crate::faults::fleet::{Backends, Fleet};
 use crate::invariants::Check;
@@ -256,8 +252,9 @@ async fn listen(
     let mut tries = 0;
     let (mut body, mut first) = loop {
         tries += 1;
-        let opened = tokio::time::timeout(TIMEOUT, open(&ctx.endpoint, &sale.events, &bearer)).await;
-        match opened.unwrap_or(Err(STATUS_TIMEOUT)) {
+        let opened =
+            tokio::time::timeout(TIMEOUT, open_events(&ctx.endpoint, &sale.events, &bearer, None)).await;
+        match opened.map_or(Err(STATUS_TIMEOUT), |o| o.map_err(|a| a.status)) {
             Ok(body) => break (body, Some(permit)),
             Err(503) if tries < OPEN_TRIES => tokio::time::sleep(Duration::from_secs(1)).await,
             Err(status) => {
@@ -292,25 +289,6 @@ async fn listen(
         ctx.first_event(STATUS_ERROR, start);
     }
     false
-}
-
-/// Opens a stream: its body once answered 200, else the status ([`STATUS_ERROR`]: no answer).
-async fn open(endpoint: &Endpoint, path: &str, bearer: &HeaderValue) -> Result<hyper::body::Incoming, u16> {
-    let socket = TcpStream::connect(endpoint.addr()).await.map_err(|_| STATUS_ERROR)?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(socket)).await.map_err(|_| STATUS_ERROR)?;
-    tokio::spawn(connection);
-    let request = Request::get(endpoint.path(path))
-        .header(HOST, endpoint.addr().to_string())
-        .header(AUTHORIZATION, bearer.clone())
-        .header(ACCEPT, "text/event-stream")
-        .body(Empty::<Bytes>::new())
-        .map_err(|_| STATUS_ERROR)?;
-    let response = sender.send_request(request).await.map_err(|_| STATUS_ERROR)?;
-    match response.status().as_u16() {
-        200 => Ok(response.into_body()),
-        status => Err(status),
-    }
 }
 
 /// One buyer's buy: its index, the order's status (or the path token's, when refused), calls made.

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::configuration::PushSettings;
 use crate::rate_limit::{Class, Who};
+use crate::rooms::now_ms;
 use crate::state::{Gateway, goods_of};
 
 pub use channel::Channel;
@@ -111,6 +112,7 @@ impl Push {
         settings: PushSettings,
         draining: CancellationToken,
         jwt_secret: &str,
+        redis: Redis,
         redis_settings: &RedisSettings,
         keys: RedisKeys,
     ) -> anyhow::Result<Self> {
@@ -118,7 +120,6 @@ impl Push {
             &hmac::Key::new(hmac::HMAC_SHA256, jwt_secret.as_bytes()),
             b"seckill/stream-ticket/v1",
         );
-        let redis = seckill_infra::redis::connect(redis_settings)?;
         Ok(Self {
             settings,
             tickets: RoomKey::new(derived.as_ref())?,
@@ -214,10 +215,6 @@ impl Push {
             .map_err(|e| ApiError::unavailable("redis", e))?;
         Ok(set.is_some())
     }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 fn sale_of(req: &HttpRequest) -> Result<GoodsId, ApiError> {

@@ -34,8 +34,11 @@ async fn the_notice_channel_stays_connected_through_its_checks() {
         RedisSettings { url: redis_url(), key_prefix: names.redis_prefix.clone(), ..Default::default() };
     let keys = RedisKeys::new(names.redis_prefix.clone());
     let secret = "a-test-jwt-secret-of-at-least-32-bytes";
-    let push =
-        Arc::new(Push::new(PushSettings::default(), CancellationToken::new(), secret, &redis, keys).unwrap());
+    let connection = seckill_infra::redis::connect(&redis).unwrap();
+    let push = Arc::new(
+        Push::new(PushSettings::default(), CancellationToken::new(), secret, connection, &redis, keys)
+            .unwrap(),
+    );
     let lifecycle = Lifecycle::new();
     push::spawn_channel(&lifecycle, push.clone());
     // Subscribed, as with streams open: Redis then answers in subscriber mode.

@@ -7,18 +7,14 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::header::{ACCEPT, AUTHORIZATION, HOST, HeaderValue};
-use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use http_body_util::BodyExt;
+use hyper::header::HeaderValue;
 use seckill_common::api::{SeckillResult, SeckillStatus};
 use seckill_common::push::{EventKind, SseReader};
-use tokio::net::TcpStream;
 
 use super::buyers::{Accepted, Backoff, BuyerLog, Load, Tally};
 use super::verdict::check;
-use crate::client::{Answer, Endpoint, STATUS_ERROR, STATUS_TIMEOUT};
+use crate::client::{Answer, Endpoint, STATUS_ERROR, STATUS_TIMEOUT, open_events};
 use crate::invariants::{Check, FinalState};
 
 /// How one stream ended.
@@ -82,11 +78,11 @@ async fn listen(
     acc: &mut Accepted,
     within: Duration,
 ) -> Heard {
-    let opened = tokio::time::timeout(load.request_timeout, open(load, endpoint, bearer, last_id.as_deref()));
-    let mut body = match opened.await {
-        Ok(Ok(Ok(body))) => body,
-        Ok(Ok(Err(refused))) => return Heard::Refused(refused),
-        Ok(Err(_)) => return Heard::Refused(Answer::failed(STATUS_ERROR)),
+    let path = format!("/api/seckill/{}/events", load.goods_id);
+    let opened = open_events(endpoint, &path, bearer, last_id.as_deref());
+    let mut body = match tokio::time::timeout(load.request_timeout, opened).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(refused)) => return Heard::Refused(refused),
         Err(_) => return Heard::Refused(Answer::failed(STATUS_TIMEOUT)),
     };
     let mut reader = SseReader::default();
@@ -114,33 +110,6 @@ async fn listen(
             }
         }
     }
-}
-
-/// Opens the buyer's stream on a connection of its own: its body, or the refusal.
-async fn open(
-    load: &Load,
-    endpoint: &Endpoint,
-    bearer: &HeaderValue,
-    last_id: Option<&str>,
-) -> anyhow::Result<Result<hyper::body::Incoming, Answer>> {
-    let stream = TcpStream::connect(endpoint.addr()).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let path = endpoint.path(&format!("/api/seckill/{}/events", load.goods_id));
-    let mut request = Request::get(path)
-        .header(HOST, endpoint.addr().to_string())
-        .header(AUTHORIZATION, bearer.clone())
-        .header(ACCEPT, "text/event-stream");
-    if let Some(id) = last_id {
-        request = request.header("last-event-id", id);
-    }
-    let response = sender.send_request(request.body(Empty::<Bytes>::new())?).await?;
-    if response.status() == StatusCode::OK {
-        return Ok(Ok(response.into_body()));
-    }
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    Ok(Err(Answer::new(status, body)))
 }
 
 /// A streams case's own check: every accepted request's final answer was told on its stream;
