@@ -700,6 +700,12 @@ fn push(c: &Collected) -> Vec<Target> {
                 "{:.2} KiB ({:.1} -> {:.1} MiB)",
                 p.gateway_kib_per_stream, p.gateway_rss_before_mib, p.gateway_rss_open_mib
             ),
+            against: format!(
+                "an idle keep-alive connection {:.2} KiB ({} of them, a gateway of their own)",
+                p.idle_connection_kib,
+                n0(p.idle_connections as f64)
+            ),
+            ratio: (p.idle_connection_kib > 0.0).then(|| p.gateway_kib_per_stream / p.idle_connection_kib),
             met: Some(p.opened > 0 && p.gateway_kib_per_stream <= 10.0),
             ..missing(MEMORY, memory_goal)
         },
@@ -724,6 +730,23 @@ fn push(c: &Collected) -> Vec<Target> {
             ),
             met: Some(p.told > 0 && p.commit_to_event.p99_ms < 50.0),
             ..missing(LATENCY, latency_goal)
+        },
+        Target {
+            measured: format!(
+                "p99 {:.1} ms (p50 {:.1} ms, {} events)",
+                p.notice_to_event.p99_ms,
+                p.notice_to_event.p50_ms,
+                n0(p.noticed as f64)
+            ),
+            against: format!(
+                "commit to notice p99 {:.1} ms (p50 {:.1} ms)",
+                p.commit_to_notice.p99_ms, p.commit_to_notice.p50_ms
+            ),
+            ..missing(
+                "event streams: the gateway's own hop, the notice's arrival on the sale's Redis channel to the event \
+                 on the buyer's socket, vs order-service's (commit to notice), same events",
+                "",
+            )
         },
         Target {
             measured: format!("{:.2} a buyer, {:.2} an accepted one", s.per_buyer, s.per_accepted),

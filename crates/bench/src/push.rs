@@ -31,6 +31,13 @@
 //!    final). Requests per buyer of each half (path token + order + stream or polls), over all
 //!    of its buyers and over its accepted ones.
 //!
+//! Baselines: what an idle keep-alive connection that has served one `GET /healthz` costs a
+//! gateway (a second replica, started for it and stopped after, as many connections as
+//! streams): the part of a stream's memory that is the HTTP server's own. And the gateway's own
+//! hop of the latency: the bench listens on the sale's Redis channel too, and each `success`
+//! event is set against its notice's arrival there (notice to socket), the rest being
+//! order-service's (commit to notice).
+//!
 //! Checks: every stream opened; every buyer accepted in phase 2 told `success` on its stream,
 //! and its order row found; every accepted buyer of the spike told a final result.
 
@@ -49,7 +56,9 @@ use http_body_util::BodyExt;
 use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::{SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::headers::SECKILL_TOKEN;
-use seckill_common::push::{EventKind, SseReader};
+use seckill_common::ids::GoodsId;
+use seckill_common::keys::RedisKeys;
+use seckill_common::push::{EventKind, Notice, SseReader};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -149,6 +158,10 @@ pub struct PushSummary {
     pub gateway_kib_per_stream: f64,
     /// The load generator's own memory per stream (KiB).
     pub bench_kib_per_stream: f64,
+    /// The baseline: a gateway's memory per idle keep-alive connection that served one
+    /// `GET /healthz` (KiB), over `idle_connections`.
+    pub idle_connections: u64,
+    pub idle_connection_kib: f64,
     /// CPU at rest with the streams open over `rest_secs`, percent of one core.
     pub rest_secs: f64,
     pub gateway_rest_cpu_pct: f64,
@@ -162,6 +175,12 @@ pub struct PushSummary {
     /// `success` events whose order row was found, and its `created_at` to the event's arrival.
     pub told: u64,
     pub commit_to_event: Latency,
+    /// The same events split at their notice's arrival on the sale's Redis channel (a listener
+    /// of the bench's own): order-service's part (commit to notice) and the gateway's (notice
+    /// to the event on the buyer's socket), over the `noticed` events whose notice was heard.
+    pub noticed: u64,
+    pub commit_to_notice: Latency,
+    pub notice_to_event: Latency,
     /// The spike: buyers following their result on a stream, and polling.
     pub stream_half: SpikeHalf,
     pub poll_half: SpikeHalf,
@@ -192,6 +211,8 @@ struct Ctx {
     told: Mutex<Vec<(Instant, i64)>>,
     /// The streams' buyers whose stream told its first event.
     streaming: Vec<AtomicBool>,
+    /// Each order's `success` notice: when the bench's own listener heard it on the channel.
+    noticed: Mutex<HashMap<i64, Instant>>,
 }
 
 impl Ctx {
@@ -412,6 +433,52 @@ async fn created_at(db: &str, g: i64) -> anyhow::Result<HashMap<i64, DateTime<Ut
     Ok(rows.into_iter().collect())
 }
 
+/// The baseline of a stream's memory: `n` keep-alive connections, each having served one
+/// `GET /healthz` and left idle, on a gateway of their own (replica 1, stopped after): its RSS
+/// growth per connection (KiB).
+async fn idle_connection_kib(fleet: &mut Fleet, n: usize) -> anyhow::Result<f64> {
+    let unit = Unit::new(Svc::Gateway, 1);
+    fleet.start(unit).await?;
+    let pid = fleet.pid(unit).context("the baseline's gateway is not running")?;
+    let endpoint = Endpoint::parse(&fleet.url(unit))?;
+    let before = proc_now(pid)?.1;
+    let mut conns = Conn::open_many(&endpoint, n, TIMEOUT).await?;
+    for conn in &mut conns {
+        let status = conn.send(Req::get("/healthz")).await.status;
+        ensure!(status == 200, "the baseline gateway's /healthz answered {status}");
+    }
+    let after = proc_now(pid)?.1;
+    drop(conns);
+    fleet.kill9(&[unit]).await?;
+    Ok(after.saturating_sub(before) as f64 / n.max(1) as f64)
+}
+
+/// Listens on sale `g`'s notice channel, as a gateway does, and notes when each `success`
+/// notice arrives, until the returned task is aborted.
+async fn hear_notices(
+    ctx: &Arc<Ctx>,
+    redis_url: &str,
+    keys: &RedisKeys,
+    g: i64,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use futures_util::StreamExt;
+    let goods = GoodsId::new(g).context("the sale's id")?;
+    let mut pubsub = redis::Client::open(redis_url)?.get_async_pubsub().await?;
+    pubsub.subscribe(keys.sale_events(goods)).await?;
+    let ctx = ctx.clone();
+    Ok(tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        while let Some(message) = messages.next().await {
+            let at = Instant::now();
+            if let Some(Notice::Result { result: SeckillResult { order_id: Some(order), .. }, .. }) =
+                Notice::parse(message.get_payload_bytes())
+            {
+                ctx.noticed.lock().unwrap_or_else(PoisonError::into_inner).insert(order.get(), at);
+            }
+        }
+    }))
+}
+
 /// A process's CPU ticks (user + system) and resident memory (KiB).
 fn proc_now(pid: u32) -> anyhow::Result<(u64, u64)> {
     let p = procfs::process::Process::new(i32::try_from(pid)?)?;
@@ -469,6 +536,8 @@ async fn measure(
 ) -> anyhow::Result<Report> {
     eprintln!("push: starting the system");
     fleet.ensure_all(1).await?;
+    eprintln!("push: the baseline, {streams} idle keep-alive connections on a gateway of their own");
+    let idle_kib = idle_connection_kib(fleet, streams as usize).await?;
     let pid = |svc| fleet.pid(Unit::first(svc)).with_context(|| format!("{} is not running", svc.name()));
     let (gateway, seckill, me) = (pid(Svc::Gateway)?, pid(Svc::Seckill)?, std::process::id());
     let procs = Svc::ALL.iter().map(|&s| Ok(ProcTarget { name: s.name().into(), pid: pid(s)? }));
@@ -498,6 +567,7 @@ async fn measure(
         refused: AtomicU64::new(0),
         told: Mutex::new(Vec::new()),
         streaming: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        noticed: Mutex::default(),
     });
     let (gateway_before, me_before) = (proc_now(gateway)?.1, proc_now(me)?.1);
     let (gate, opened_at, mut listening) =
@@ -529,6 +599,8 @@ async fn measure(
     eprintln!("push: {} buyers buying at {} a second", buyers.len(), a.rate);
     let (conns, (tx, mut rx)) =
         (Conn::open_many(&endpoint, a.connections, TIMEOUT).await?, mpsc::unbounded_channel());
+    let keys = RedisKeys::new(format!("{}:", a.prefix));
+    let hearing = hear_notices(&ctx, &backends.redis_url, &keys, sale.goods_id).await?;
     let buying = Instant::now();
     let conns = buy_paced(&ctx, &sale, conns, &buyers, a.rate, tx).await;
     let buy_secs = buying.elapsed().as_secs_f64();
@@ -542,14 +614,22 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(listening);
+    hearing.abort();
     let told = std::mem::take(&mut *ctx.told.lock().unwrap_or_else(PoisonError::into_inner));
+    let noticed = std::mem::take(&mut *ctx.noticed.lock().unwrap_or_else(PoisonError::into_inner));
     let created =
         created_at(&format!("{}/{}", backends.pg_url, backends.database("order")), sale.goods_id).await?;
-    let commit_us: Vec<u64> = told
+    // Microseconds from an order's `created_at` to an instant of this process.
+    let since_created = |at: Instant, id: i64| {
+        let wall = t0_wall + chrono::Duration::from_std(at.duration_since(ctx.clock.t0())).ok()?;
+        Some((wall - *created.get(&id)?).num_microseconds()?.max(0) as u64)
+    };
+    let commit_us: Vec<u64> = told.iter().filter_map(|&(at, id)| since_created(at, id)).collect();
+    let split: Vec<(u64, u64)> = told
         .iter()
-        .filter_map(|(at, id)| {
-            let arrived = t0_wall + chrono::Duration::from_std(at.duration_since(ctx.clock.t0())).ok()?;
-            Some((arrived - *created.get(id)?).num_microseconds()?.max(0) as u64)
+        .filter_map(|&(at, id)| {
+            let heard = *noticed.get(&id)?;
+            Some((since_created(heard, id)?, at.saturating_duration_since(heard).as_micros() as u64))
         })
         .collect();
 
@@ -575,6 +655,8 @@ async fn measure(
         gateway_rss_open_mib: g1.1 as f64 / 1_024.0,
         gateway_kib_per_stream: per_stream(g1.1, gateway_before),
         bench_kib_per_stream: per_stream(me_open, me_before),
+        idle_connections: streams,
+        idle_connection_kib: idle_kib,
         rest_secs,
         gateway_rest_cpu_pct: pct(g1.0.saturating_sub(g0)),
         seckill_rest_cpu_pct: pct(s1.saturating_sub(s0)),
@@ -584,6 +666,9 @@ async fn measure(
         accepted_per_sec: per_sec(accepted, buy_secs),
         told: commit_us.len() as u64,
         commit_to_event: latency_of(commit_us),
+        noticed: split.len() as u64,
+        commit_to_notice: latency_of(split.iter().map(|s| s.0)),
+        notice_to_event: latency_of(split.iter().map(|s| s.1)),
         stream_half,
         poll_half,
     };
