@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use seckill_common::amqp::MAX_BATCH_REQUESTS;
 use seckill_common::config::{
-    AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
+    AmqpSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, ServiceSettings, UpstreamSettings,
 };
 use seckill_common::room::RoomSettings;
 use seckill_common::trust::TrustSettings;
@@ -133,7 +133,17 @@ impl SeckillSettings {
     }
 }
 
-seckill_common::service_settings!(Settings, SERVICE);
+impl ServiceSettings for Settings {
+    const SERVICE: &'static str = SERVICE;
+
+    fn log(&self) -> &LogSettings {
+        &self.log
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        Settings::validate(self)
+    }
+}
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {

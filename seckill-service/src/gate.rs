@@ -39,6 +39,15 @@ pub enum Reserve {
     NotLoaded,
 }
 
+/// Where a sale stands after a loss of its Redis data ([`Gate::recovering`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Some bucket holds units back: a request of the lost data may still wait in the broker.
+    pub held_back: bool,
+    /// Every bucket is loaded.
+    pub loaded: bool,
+}
+
 /// One bucket's Redis data at one instant (see `scripts::SNAPSHOT`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -136,7 +145,7 @@ impl Gate {
 
     /// Loads a bucket of a sale into Redis unless its stock is there already: a sale under way
     /// keeps its count across restarts of this service. `holdback` is Some while the sale
-    /// recovers from a loss of its Redis data (see `restore`). Returns true if this call
+    /// recovers from a loss of its Redis data (see `rebuild`). Returns true if this call
     /// loaded it.
     pub async fn load(
         &self,
@@ -414,9 +423,9 @@ impl Gate {
         Ok(())
     }
 
-    /// Whether the sale recovers from a loss of its Redis data (some bucket holds units back),
-    /// and whether every bucket is loaded. One round trip (one per bucket at once on a cluster).
-    pub async fn recovering(&self, buckets: &[SaleBucket]) -> Result<(bool, bool), GateError> {
+    /// Whether the sale recovers from a loss of its Redis data, and whether every bucket is
+    /// loaded. One round trip (one per bucket at once on a cluster).
+    pub async fn recovering(&self, buckets: &[SaleBucket]) -> Result<Recovery, GateError> {
         // One EXISTS per key (`pipelined` answers one reply per item): holdback, stock, ...
         let keys: Vec<(SaleBucket, String)> = buckets
             .iter()
@@ -433,7 +442,7 @@ impl Gate {
         .await?;
         let held = found.iter().step_by(2).any(|h| *h);
         let loaded = found.iter().skip(1).step_by(2).all(|l| *l);
-        Ok((held, loaded))
+        Ok(Recovery { held_back: held, loaded })
     }
 
     /// The bucket's epoch, if it is loaded.

@@ -10,7 +10,7 @@
 //!   died, or Redis failed, between the steps) is finished (`buckets::Transfers::finish_stale`);
 //! - an open sale missing in Redis is rebuilt, and a sale recovering from a loss of its Redis
 //!   data ends its recovery once the broker holds no request of the lost data
-//!   (`restore::look_after`);
+//!   (`rebuild::look_after`);
 //! - every `seckill.audit_interval_secs`, the open sales are audited, which keeps the
 //!   disagreement metrics current.
 
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batcher::order_message;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
-use crate::{broadcast, restore};
+use crate::{audit, broadcast, rebuild};
 
 pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
     // Both at least 1: refused at start otherwise.
@@ -47,12 +47,12 @@ pub async fn run(state: web::Data<AppState>, cancel: CancellationToken) {
                 republish_unconfirmed(&state, at).await;
             }
             finish_transfers(&state, &sale).await;
-            if let Err(e) = restore::look_after(&state, &sale).await {
+            if let Err(e) = rebuild::look_after(&state, &sale).await {
                 tracing::warn!(error = %e, goods_id = %sale.id(), "recovery check failed; next tick tries again");
             }
             if audit_now
                 && sale.window_now() == SaleWindow::Open
-                && let Err(e) = restore::audit(&state, &sale).await
+                && let Err(e) = audit::audit(&state, &sale).await
             {
                 tracing::warn!(error = %e, goods_id = %sale.id(), "audit failed");
             }

@@ -9,7 +9,6 @@ use actix_web::{HttpResponse, web};
 use seckill_common::trust::Peer;
 use seckill_web::trust::internal_route;
 
-use crate::restore;
 use crate::state::AppState;
 
 /// The buyer's routes come first, the order first of all: the router tries routes in this
@@ -24,8 +23,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/seckill/{goods_id}/state", web::get().to(sale::sale_state))
         .route("/readyz", web::get().to(readyz))
         .route("/api/admin/goods", web::post().to(admin::create_sale))
-        .route("/api/admin/goods/{goods_id}/audit", web::get().to(restore::audit_route))
-        .route("/api/admin/goods/{goods_id}/repair", web::post().to(restore::repair_route))
+        .route("/api/admin/goods/{goods_id}/audit", web::get().to(admin::audit))
+        .route("/api/admin/goods/{goods_id}/repair", web::post().to(admin::repair))
         // The room's state, which the gateway answers status polls from (seckill_web::trust).
         .service(
             internal_route("/internal/gateway/rooms/{goods_id}", &[Peer::Gateway])

@@ -136,7 +136,7 @@ impl SaleBook {
     }
 
     /// The sale, from memory or, on a miss, from stock-service. Its Redis data is loaded by
-    /// the first reserve that finds it missing (`restore::rebuild`).
+    /// the first reserve that finds it missing (`rebuild::rebuild`).
     /// The sale counts as touched (see [`Sale::watched`]).
     pub async fn get(&self, g: GoodsId) -> Result<Arc<Sale>, ApiError> {
         if let Some(sale) = self.sales.get(&g) {

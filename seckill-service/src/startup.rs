@@ -22,7 +22,7 @@ use crate::gate::Gate;
 use crate::room::{RoomStore, Rooms};
 use crate::sales::SaleBook;
 use crate::state::AppState;
-use crate::{broadcast, reconcile, restore, room, routes};
+use crate::{broadcast, rebuild, reconcile, room, routes};
 
 /// How the binary runs the service (`seckill_web::runner`).
 impl Service for Settings {
@@ -114,7 +114,7 @@ async fn start(settings: Settings) -> anyhow::Result<Application> {
     // sale not warmed yet loads on its first request.
     let warming = state.clone();
     lifecycle.spawn(async move {
-        match restore::warm_up(&warming).await {
+        match rebuild::warm_up(&warming).await {
             Ok(n) => tracing::info!(sales = n, "sales warmed up"),
             Err(e) => tracing::warn!(error = %e, "warm-up failed; sales load on first request"),
         }

@@ -11,11 +11,11 @@ use uuid::Uuid;
 
 use crate::batcher::Enqueued;
 use crate::buckets::Moved;
-use crate::gate::{GateError, Reserve};
+use crate::gate::{GateError, Recovery, Reserve};
 use crate::routes::queue;
 use crate::sales::{Sale, now_ms};
 use crate::state::AppState;
-use crate::{broadcast, restore};
+use crate::{broadcast, rebuild};
 
 /// Longest path token accepted; ours are 32 hex characters.
 const MAX_TOKEN_LEN: usize = 64;
@@ -143,8 +143,8 @@ pub async fn order(
         // path token was not touched and the retry can use it; when another is, the token was
         // spent, and the retry fetches a new one (as after any 503 BUSY).
         Reserve::NotLoaded => {
-            restore::start_rebuild(&state, &sale).await?;
-            return Err(restore::being_restored());
+            rebuild::start_rebuild(&state, &sale).await?;
+            return Err(rebuild::being_restored());
         }
     }
 
@@ -290,8 +290,8 @@ pub async fn result(
 /// Redis data, or (open, and missing in Redis) is about to. Another bucket's loss lost none
 /// of this buyer's requests.
 async fn in_doubt(state: &AppState, sale: &Sale, at: SaleBucket) -> Result<bool, ApiError> {
-    let (recovering, loaded) = state.gate.recovering(&[at]).await?;
-    Ok(recovering || (!loaded && sale.window_now() != SaleWindow::Ended))
+    let Recovery { held_back, loaded } = state.gate.recovering(&[at]).await?;
+    Ok(held_back || (!loaded && sale.window_now() != SaleWindow::Ended))
 }
 
 /// The buyer's result as the order authority knows it, written back to Redis.
