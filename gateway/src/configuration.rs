@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use seckill_common::config::{
-    AuthSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, UpstreamSettings, split_urls,
+    AuthSettings, ConfigError, HttpSettings, LogSettings, RedisSettings, ServiceSettings, UpstreamSettings,
+    split_urls,
 };
 use seckill_common::room::RoomSettings;
 use seckill_common::trust::TrustSettings;
@@ -344,7 +345,17 @@ pub struct Quota {
     pub burst: NonZeroU32,
 }
 
-seckill_common::service_settings!(Settings, SERVICE);
+impl ServiceSettings for Settings {
+    const SERVICE: &'static str = SERVICE;
+
+    fn log(&self) -> &LogSettings {
+        &self.log
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        Settings::validate(self)
+    }
+}
 
 impl Settings {
     /// Fails on the first unusable value, naming its key and environment variable.

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use seckill_common::config::{
-    AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, RedisSettings, UpstreamSettings,
+    AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, RedisSettings, ServiceSettings,
+    UpstreamSettings,
 };
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
@@ -75,7 +76,17 @@ impl OrderSettings {
     }
 }
 
-seckill_common::service_settings!(Settings, SERVICE);
+impl ServiceSettings for Settings {
+    const SERVICE: &'static str = SERVICE;
+
+    fn log(&self) -> &LogSettings {
+        &self.log
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        Settings::validate(self)
+    }
+}
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -16,7 +16,7 @@ use seckill_infra::amqp::{Declare, Destination};
 use seckill_infra::broker_use::BrokerUse;
 use seckill_infra::consumer::{self, Source};
 use seckill_infra::stock_client::StockClient;
-use seckill_web::{Application, Lifecycle};
+use seckill_web::{Application, Lifecycle, Service};
 
 use crate::configuration::{SERVICE, STANDARD_PORT, Settings};
 use crate::fulfil::Fulfiller;
@@ -28,9 +28,18 @@ use crate::{consumer as handlers, routes};
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-// How the binary runs the service (`seckill_web::runner`): built by `start`, and
-// `<binary> migrate` prepares its database.
-seckill_web::database_service!(Settings, start, MIGRATIONS);
+/// How the binary runs the service (`seckill_web::runner`): built by `start`, and
+/// `<binary> migrate` prepares its database.
+impl Service for Settings {
+    async fn start(self) -> anyhow::Result<Application> {
+        start(self).await
+    }
+
+    fn migrate(&self) -> Option<impl Future<Output = anyhow::Result<()>>> {
+        let url = self.database_url();
+        Some(async move { seckill_db::migrate(&url, &MIGRATIONS).await })
+    }
+}
 
 /// Checks the settings, then builds: where tests and the e2e suite start a service.
 pub use seckill_web::runner::build;

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use seckill_common::config::{AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings};
+use seckill_common::config::{
+    AmqpSettings, ConfigError, DatabaseSettings, HttpSettings, LogSettings, ServiceSettings,
+};
 use seckill_common::trust::TrustSettings;
 use serde::Deserialize;
 
@@ -43,7 +45,17 @@ impl StockSettings {
     }
 }
 
-seckill_common::service_settings!(Settings, SERVICE);
+impl ServiceSettings for Settings {
+    const SERVICE: &'static str = SERVICE;
+
+    fn log(&self) -> &LogSettings {
+        &self.log
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        Settings::validate(self)
+    }
+}
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -676,7 +676,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("binding {}:{}", a.host, a.port))?;
             println!("seckill-bench upstream listening on http://{}", listener.local_addr()?);
-            baseline::serve_upstream(listener, Bytes::from(a.body), shutdown_signal()).await;
+            baseline::serve_upstream(listener, Bytes::from(a.body), seckill_common::shutdown_signal()).await;
             Ok(ExitCode::SUCCESS)
         }
         Command::AmqpPublish(a) => {
@@ -879,28 +879,6 @@ fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::
     }
     std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
         .with_context(|| format!("writing {}", path.display()))
-}
-
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }
 
 #[cfg(test)]

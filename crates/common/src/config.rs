@@ -87,25 +87,6 @@ pub trait ServiceSettings: DeserializeOwned {
     }
 }
 
-/// Implements [`ServiceSettings`] for a service's settings struct, which has a `log` section
-/// and an inherent `validate`: `seckill_common::service_settings!(Settings, "order-service");`.
-#[macro_export]
-macro_rules! service_settings {
-    ($settings:ty, $service:expr) => {
-        impl $crate::config::ServiceSettings for $settings {
-            const SERVICE: &'static str = $service;
-
-            fn log(&self) -> &$crate::config::LogSettings {
-                &self.log
-            }
-
-            fn validate(&self) -> ::std::result::Result<(), $crate::config::ConfigError> {
-                <$settings>::validate(self)
-            }
-        }
-    };
-}
-
 /// The environment variable that sets `key`: `order.consumers` is `SECKILL__ORDER__CONSUMERS`.
 pub fn env_name(key: &str) -> String {
     format!("SECKILL__{}", key.replace('.', "__").to_uppercase())

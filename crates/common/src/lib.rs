@@ -17,8 +17,10 @@ pub mod ready;
 pub mod room;
 pub mod sale;
 pub mod scripts;
+pub mod shutdown;
 pub mod telemetry;
 pub mod trust;
 
 pub use error::{ErrorBody, ErrorCode};
 pub use ids::{GoodsId, OrderId, UserId};
+pub use shutdown::shutdown_signal;

@@ -18,4 +18,5 @@ pub mod trust;
 pub use error::{ApiError, method_not_allowed};
 pub use extract::AuthUser;
 pub use runner::Service;
-pub use server::{Application, Door, Lifecycle, Ticker, serve, serve_internal, shutdown_signal};
+pub use seckill_common::shutdown_signal;
+pub use server::{Application, Door, Lifecycle, Ticker, serve, serve_internal};

@@ -1,6 +1,6 @@
 //! The one `main` of every service binary: read and check the settings, start the logs, then
 //! either prepare the database and exit (`<binary> migrate`) or build the service and serve
-//! until SIGTERM or Ctrl-C. A service's `main.rs` only names its [`Service`].
+//! until SIGTERM or Ctrl-C. A service's `main.rs` names its [`Service`] and its allocator.
 
 use std::future::Future;
 
@@ -19,50 +19,6 @@ pub trait Service: ServiceSettings {
     fn migrate(&self) -> Option<impl Future<Output = anyhow::Result<()>>> {
         None::<std::future::Ready<anyhow::Result<()>>>
     }
-}
-
-/// Implements [`Service`] for the settings of a service that owns a database (whose settings
-/// have `database_url()`): built by `$start`, and `<binary> migrate` prepares the database
-/// with `$migrations` (`seckill_db::migrate`):
-/// `seckill_web::database_service!(Settings, start, MIGRATIONS);`.
-#[cfg(feature = "db")]
-#[macro_export]
-macro_rules! database_service {
-    ($settings:ty, $start:path, $migrations:expr) => {
-        impl $crate::Service for $settings {
-            async fn start(self) -> ::anyhow::Result<$crate::Application> {
-                $start(self).await
-            }
-
-            fn migrate(&self) -> Option<impl ::std::future::Future<Output = ::anyhow::Result<()>>> {
-                let url = self.database_url();
-                Some(async move { $crate::runner::seckill_db::migrate(&url, &$migrations).await })
-            }
-        }
-    };
-}
-
-/// For [`database_service!`]: the database crate, named from the crate that expands it.
-#[cfg(feature = "db")]
-#[doc(hidden)]
-pub use seckill_db;
-
-/// The whole `main.rs` of a service binary: `seckill_web::service_main!(order_service::Settings);`.
-/// The binary's crate depends on `mimalloc` and `anyhow`.
-///
-/// The allocator is mimalloc: many small, short-lived allocations on every request, across
-/// threads, took glibc's malloc about a fifth of the CPU under load (perf); mimalloc takes much
-/// less.
-#[macro_export]
-macro_rules! service_main {
-    ($service:ty) => {
-        #[global_allocator]
-        static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-        fn main() -> anyhow::Result<()> {
-            $crate::runner::run::<$service>()
-        }
-    };
 }
 
 /// Runs service `S` as its binary does; returns when it has stopped.
@@ -122,7 +78,17 @@ mod tests {
         }
     }
 
-    seckill_common::service_settings!(Fake, "fake-service");
+    impl ServiceSettings for Fake {
+        const SERVICE: &'static str = "fake-service";
+
+        fn log(&self) -> &LogSettings {
+            &self.log
+        }
+
+        fn validate(&self) -> Result<(), ConfigError> {
+            Fake::validate(self)
+        }
+    }
 
     impl Service for Fake {
         async fn start(self) -> anyhow::Result<Application> {
