@@ -13,6 +13,8 @@ pub mod push;
 pub mod rate_limit;
 pub mod rooms;
 pub mod routes;
+pub mod sale_state;
 pub mod startup;
 pub mod state;
 pub mod storefront;
+pub mod tagged;

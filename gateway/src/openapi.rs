@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use actix_web::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, ETAG, HeaderValue, IF_NONE_MATCH, X_CONTENT_TYPE_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, ETAG, HeaderValue, X_CONTENT_TYPE_OPTIONS,
 };
 use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -29,6 +29,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{ContentBuilder, InfoBuilder, LicenseBuilder, Ref, RefOr, Response};
 
 use crate::routes::{Access, ROUTES};
+use crate::tagged::Tagged;
 
 /// The name of the bearer scheme in `components.securitySchemes`.
 pub const BEARER: &str = "bearer";
@@ -204,9 +205,8 @@ pub struct Published {
 }
 
 struct Asset {
-    body: Bytes,
+    body: Tagged,
     content_type: &'static str,
-    etag: HeaderValue,
     /// The page's policy: nothing but its own inline script and style, and fetches to its origin.
     policy: Option<HeaderValue>,
 }
@@ -240,23 +240,17 @@ impl Published {
 
 impl Asset {
     fn new(body: Bytes, content_type: &'static str, policy: Option<String>) -> Self {
-        let etag = format!("\"{}\"", hex(&digest(&SHA256, &body).as_ref()[..16]));
         Self {
-            body,
+            body: Tagged::new(body),
             content_type,
-            etag: HeaderValue::from_str(&etag).expect("hex digits in quotes"),
             policy: policy.and_then(|p| HeaderValue::from_str(&p).ok()),
         }
     }
 
     fn answer(&self, req: &HttpRequest) -> HttpResponse {
-        let unchanged = req
-            .headers()
-            .get_all(IF_NONE_MATCH)
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| etag_matches(v, self.etag.to_str().unwrap_or_default()));
+        let unchanged = self.body.held_by(req);
         let mut res = if unchanged { HttpResponse::NotModified() } else { HttpResponse::Ok() };
-        res.insert_header((ETAG, self.etag.clone())).insert_header((CACHE_CONTROL, CACHE));
+        res.insert_header((ETAG, self.body.etag().clone())).insert_header((CACHE_CONTROL, CACHE));
         if unchanged {
             return res.finish();
         }
@@ -264,14 +258,8 @@ impl Asset {
         if let Some(policy) = &self.policy {
             res.insert_header((CONTENT_SECURITY_POLICY, policy.clone()));
         }
-        res.content_type(self.content_type).body(self.body.clone())
+        res.content_type(self.content_type).body(self.body.body().clone())
     }
-}
-
-/// Whether an `If-None-Match` value names `etag`: `*`, or a list of tags compared weakly (a
-/// `W/` prefix ignored), as RFC 9110 has it for this header.
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.split(',').map(str::trim).any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
 }
 
 /// The page's Content-Security-Policy: its one inline `<script>` and `<style>` allowed by their
@@ -295,10 +283,6 @@ fn inline<'a>(html: &'a str, tag: &str) -> Option<&'a str> {
     let start = html.find(&open)? + open.len();
     let end = start + html[start..].find(&format!("</{tag}>"))?;
     Some(&html[start..end])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `GET /api/openapi.json`.
@@ -1277,18 +1261,6 @@ mod operations {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn if_none_match_names_the_tag_weakly_in_a_list_or_as_a_star() {
-        let tag = "\"abc\"";
-        assert!(etag_matches("\"abc\"", tag));
-        assert!(etag_matches("W/\"abc\"", tag));
-        assert!(etag_matches("\"x\", \"abc\"", tag));
-        assert!(etag_matches("*", tag));
-        assert!(!etag_matches("\"abd\"", tag));
-        assert!(!etag_matches("abc", tag));
-        assert!(!etag_matches("", tag));
-    }
 
     #[test]
     fn the_page_policy_allows_exactly_its_own_script_and_style() {

@@ -19,6 +19,7 @@ use crate::openapi;
 use crate::proxy::Service;
 use crate::push;
 use crate::rate_limit::{Class, Who};
+use crate::sale_state;
 use crate::state::{Gateway, goods_of};
 use crate::storefront::{self, Storefront};
 
@@ -127,7 +128,7 @@ impl PublicRoute {
             Handler::UserOrder => route.to(user_order),
             Handler::OpenApiDocument => route.to(openapi::document),
             Handler::DocsPage => route.to(openapi::page),
-            Handler::SaleState => route.to(storefront::sale_state),
+            Handler::SaleState => route.to(sale_state::sale_state),
             Handler::StorefrontRender => route.to(storefront::render_now),
             Handler::ListPage => route.to(storefront::list),
             Handler::EndedPage => route.to(storefront::ended),

@@ -16,9 +16,6 @@
 //! `listing::DEFAULT_PAGE` sales with a link to the next (`?cursor=`, stock-service's cursor).
 //! The first pages are kept like a sale's; a later page is rendered for its request (one
 //! indexed read at stock-service), limited per address like a sale's page.
-//!
-//! Also here: `GET /api/seckill/{goods_id}/state` (the page's one call as it opens), answered
-//! by the gateway itself while it remembers seckill-service calling the sale sold out.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,18 +30,18 @@ use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior};
-use seckill_common::api::{Goods, SaleState, SaleWindow};
+use seckill_common::api::{Goods, SaleWindow};
 use seckill_common::listing::{GoodsQuery, RawGoodsQuery, StateSet};
-use seckill_common::{ErrorBody, ErrorCode, GoodsId};
+use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::closed::ClosedSales;
 use crate::configuration::StorefrontSettings;
 use crate::proxy::{Proxy, Service};
 use crate::rate_limit::{Class, Who};
 use crate::state::Gateway;
+use crate::tagged::Tagged;
 
 const LAYOUT: &str = include_str!("../assets/store/layout.html");
 const LIST: &str = include_str!("../assets/store/index.html");
@@ -74,33 +71,31 @@ pub struct Rendered {
     status: StatusCode,
     content_type: &'static str,
     cache_control: String,
-    body: web::Bytes,
-    etag: String,
+    body: Tagged,
 }
 
 impl Rendered {
     fn new(status: StatusCode, content_type: &'static str, cache_control: String, body: web::Bytes) -> Self {
-        let etag = format!("\"{:x}-{:016x}\"", body.len(), fnv1a(&body));
-        Self { status, content_type, cache_control, body, etag }
+        Self { status, content_type, cache_control, body: Tagged::new(body) }
     }
 
     pub fn body(&self) -> &[u8] {
-        &self.body
+        self.body.body()
     }
 
     pub fn etag(&self) -> &str {
-        &self.etag
+        self.body.etag().to_str().unwrap_or_default()
     }
 
     /// The response to `req`: 304 when it already holds this very body.
     fn respond(&self, req: &HttpRequest) -> HttpResponse {
         let ok = self.status == StatusCode::OK;
-        let not_modified = ok && holds(req, &self.etag);
+        let not_modified = ok && self.body.held_by(req);
         let mut res = HttpResponse::build(if not_modified { StatusCode::NOT_MODIFIED } else { self.status });
         res.insert_header((header::CACHE_CONTROL, self.cache_control.as_str()))
             .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
         if ok {
-            res.insert_header((header::ETAG, self.etag.as_str()));
+            res.insert_header((header::ETAG, self.body.etag().clone()));
         }
         if not_modified {
             return res.finish();
@@ -108,25 +103,8 @@ impl Rendered {
         if self.content_type.starts_with("text/html") {
             res.insert_header((header::CONTENT_SECURITY_POLICY, CSP));
         }
-        res.insert_header((header::CONTENT_TYPE, self.content_type)).body(self.body.clone())
+        res.insert_header((header::CONTENT_TYPE, self.content_type)).body(self.body.body().clone())
     }
-}
-
-/// 64-bit FNV-1a: stable across builds, machines and replicas, which an ETag needs and std's
-/// hasher does not promise.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// Whether `If-None-Match` names `etag` (or `*`); weak tags compare by their value, as RFC 9110
-/// says for a GET.
-fn holds(req: &HttpRequest, etag: &str) -> bool {
-    req.headers()
-        .get_all(header::IF_NONE_MATCH)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
 }
 
 /// A page kept in memory.
@@ -204,7 +182,7 @@ impl Slot {
     /// Keeps `page` until `fresh_until`; true when its body differs from the one it replaces.
     fn keep(&self, page: Arc<Rendered>, fresh_until: Instant) -> bool {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let changed = current.as_ref().is_none_or(|(old, _)| old.etag != page.etag);
+        let changed = current.as_ref().is_none_or(|(old, _)| old.etag() != page.etag());
         *current = Some((page, fresh_until));
         changed
     }
@@ -401,7 +379,7 @@ impl Storefront {
         let store_css = asset(STORE_CSS, "text/css; charset=utf-8");
         let admin_js = asset(ADMIN_JS, "text/javascript; charset=utf-8");
         let work_js = asset(WORK_JS, "text/javascript; charset=utf-8");
-        let version = |r: &Rendered| format!("{:016x}", fnv1a(&r.body));
+        let version = |r: &Rendered| r.body.version().to_owned();
         let urls = AssetUrls {
             css: format!("/static/store.css?v={}", version(&store_css)),
             js: format!("/static/store.js?v={}", version(&store_js)),
@@ -467,7 +445,17 @@ impl Storefront {
     }
 
     fn learn(&self, goods: &Goods) {
-        self.windows.insert(goods.id, (goods.start_at, goods.end_at));
+        self.learn_window(goods.id, goods.start_at, goods.end_at);
+    }
+
+    /// Sale `g` opens at `start_at` and ends at `end_at`: what `crate::sale_state` needs to
+    /// answer for a sale gone, learnt from the pages rendered and from seckill-service's answers.
+    pub fn learn_window(&self, g: GoodsId, start_at: DateTime<Utc>, end_at: DateTime<Utc>) {
+        self.windows.insert(g, (start_at, end_at));
+    }
+
+    pub fn window(&self, g: GoodsId) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        self.windows.get(&g).map(|w| *w)
     }
 
     fn slot(&self, key: PageKey) -> Arc<Slot> {
@@ -543,7 +531,7 @@ impl Storefront {
                 let current =
                     self.pages.get(&key).is_some_and(|s| Arc::ptr_eq(&s, slot)) && self.is_current(key, read);
                 if slot.keep(page.clone(), Instant::now() + self.refresh) && current {
-                    self.write_logged(&key.file(), &page.body).await;
+                    self.write_logged(&key.file(), page.body()).await;
                 }
                 return page;
             }
@@ -639,7 +627,7 @@ impl Storefront {
             }
             let page = Arc::new(page);
             self.slot(key).keep(page.clone(), fresh_until);
-            self.write(&key.file(), &page.body).await.map_err(ApiError::internal)?;
+            self.write(&key.file(), page.body()).await.map_err(ApiError::internal)?;
         }
         self.write_static().await.map_err(ApiError::internal)?;
         metrics::counter!("gateway_storefront_renders_total", "page" => "all", "outcome" => "rendered")
@@ -717,11 +705,11 @@ impl Storefront {
 
     /// The files that hold no data (under `storefront.dir`, when set).
     async fn write_static(&self) -> anyhow::Result<()> {
-        self.write("static/store.js", &self.store_js.body).await?;
-        self.write("static/store.css", &self.store_css.body).await?;
-        self.write("static/admin.js", &self.admin_js.body).await?;
-        self.write("static/work.js", &self.work_js.body).await?;
-        self.write("admin.html", &self.admin.body).await
+        self.write("static/store.js", self.store_js.body()).await?;
+        self.write("static/store.css", self.store_css.body()).await?;
+        self.write("static/admin.js", self.admin_js.body()).await?;
+        self.write("static/work.js", self.work_js.body()).await?;
+        self.write("admin.html", self.admin.body()).await
     }
 
     /// Writes `file` under `storefront.dir` (when set) whole or not at all: a temporary file
@@ -745,21 +733,6 @@ impl Storefront {
         if let Err(e) = self.write(file, body).await {
             tracing::warn!(error.cause_chain = %format_args!("{e:#}"), "storefront: a page was not written to storefront.dir");
         }
-    }
-
-    /// The gateway's own answer to a sale's state while it remembers seckill-service calling
-    /// the sale gone (`crate::closed`) and knows the sale's window; else None (ask
-    /// seckill-service).
-    fn closed_state(&self, g: GoodsId, closed: &ClosedSales) -> Option<HttpResponse> {
-        let body = closed.remembered(g)?;
-        let (start_at, end_at) = *self.windows.get(&g)?;
-        // `ENDED` closes a sale too; only `SOLD_OUT` says it sold out.
-        let sold_out =
-            serde_json::from_slice::<ErrorBody>(&body).is_ok_and(|b| b.code == ErrorCode::SoldOut.as_str());
-        let state =
-            SaleState { goods_id: g, start_at, end_at, sold_out, now_ms: Utc::now().timestamp_millis() };
-        metrics::counter!("gateway_sale_state_answers_total").increment(1);
-        Some(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, NO_STORE)).json(state))
     }
 }
 
@@ -861,35 +834,6 @@ pub async fn render_now(req: HttpRequest, gateway: web::Data<Gateway>) -> Result
     Ok(HttpResponse::Ok().json(json!({ "pages": pages })))
 }
 
-/// `GET /api/seckill/{goods_id}/state` (anonymous): the gateway's own answer while it remembers
-/// the sale sold out, else seckill-service's (its window learnt on the way).
-pub async fn sale_state(
-    req: HttpRequest,
-    payload: web::Payload,
-    gateway: web::Data<Gateway>,
-) -> Result<HttpResponse, ApiError> {
-    let goods = req.match_info().get("goods_id").and_then(|v| v.parse::<GoodsId>().ok());
-    if let Some(g) = goods
-        && let Some(answer) = gateway.storefront.closed_state(g, &gateway.closed)
-    {
-        return Ok(answer);
-    }
-    let res = gateway.pass(Service::Seckill, &req, payload, None).await?;
-    match goods {
-        Some(g) if res.status() == StatusCode::OK && !gateway.storefront.windows.contains_key(&g) => {
-            let (res, body) = res.into_parts();
-            let body = actix_web::body::to_bytes(body)
-                .await
-                .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?;
-            if let Ok(state) = serde_json::from_slice::<SaleState>(&body) {
-                gateway.storefront.windows.insert(state.goods_id, (state.start_at, state.end_at));
-            }
-            Ok(res.set_body(body).map_into_boxed_body())
-        }
-        _ => Ok(res),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -915,15 +859,7 @@ mod tests {
     }
 
     fn text(r: &Rendered) -> &str {
-        std::str::from_utf8(&r.body).unwrap()
-    }
-
-    #[test]
-    fn the_fnv_hash_is_the_published_one() {
-        // FNV-1a 64 test vectors: the tag must not depend on this build.
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+        std::str::from_utf8(r.body()).unwrap()
     }
 
     #[test]
