@@ -3,7 +3,7 @@
 # a service or a server dies: for each fault case a fresh sale, buyers arriving for several
 # seconds (retrying 503, 504 and connection errors as real clients do), the fault injected
 # mid-sale, the service or server brought back, then every accepted buyer's result awaited and
-# checked against the gateway's answers and the databases (`seckill-bench faults`).
+# checked against the gateway's answers and the databases (`seckill-faults`, crates/faults).
 #
 #   scripts/faults.sh                every case (about 11 minutes after the build; the room-*
 #                                    cases fault a sale's waiting room of 10,000); writes
@@ -16,7 +16,7 @@
 #                                    the buyers' event streams; two replicas of every service
 #                                    with one of seckill- and order-service killed),
 #                                    small sales; writes nothing
-#   scripts/faults.sh CASE...        the named cases (`seckill-bench faults --list` names them)
+#   scripts/faults.sh CASE...        the named cases (`seckill-faults --list` names them)
 #   scripts/faults.sh server KIND ACTION
 #                                    controls one private server; the driver calls it.
 #                                    KIND: pg | redis | rabbitmq; ACTION: start | stop | restart,
@@ -71,7 +71,7 @@ RABBIT_DIR=$FAULTS_DIR/rabbitmq
 DRIVER_PID=$FAULTS_DIR/driver.pid
 SERVICES=(gateway seckill-service order-service stock-service)
 # Replica k of a service listens on its port + REPLICA_STEP*k (as with scripts/up.sh); the
-# suite's cases run at most FAULTS_MAX_REPLICAS (crates/bench/src/faults/cases.rs: MAX_REPLICAS).
+# suite's cases run at most FAULTS_MAX_REPLICAS (crates/faults/src/cases.rs: MAX_REPLICAS).
 REPLICA_STEP=10
 FAULTS_MAX_REPLICAS=2
 
@@ -281,7 +281,7 @@ stop_pidfile() { # stop_pidfile FILE NAME
 # (gateways first), the three servers.
 stop_all() {
     local name pid f rc=0
-    stop_pidfile "$DRIVER_PID" seckill-bench
+    stop_pidfile "$DRIVER_PID" seckill-faults
     for name in "${SERVICES[@]}"; do
         for f in "$FAULTS_DIR/services/$name.pid" "$FAULTS_DIR/services/$name"-[0-9]*.pid; do
             if [[ -f $f ]]; then stop_pidfile "$f" "$name"; fi
@@ -361,15 +361,15 @@ binaries() {
     else
         build_release || exit 1
     fi
-    BENCH=$SECKILL_BIN_DIR/seckill-bench
+    DRIVER=$SECKILL_BIN_DIR/seckill-faults
 }
 
 if ((ONLY_PRINT)); then
     binaries
-    exec "$BENCH" faults "$@"
+    exec "$DRIVER" "$@"
 fi
 
-if [[ -f $DRIVER_PID ]] && seckill_pid_alive "$(cat "$DRIVER_PID")" seckill-bench; then
+if [[ -f $DRIVER_PID ]] && seckill_pid_alive "$(cat "$DRIVER_PID")" seckill-faults; then
     die "a fault run is in progress (pid $(cat "$DRIVER_PID")); scripts/faults.sh clean stops it."
 fi
 
@@ -409,8 +409,8 @@ for ((k = 0; k < FAULTS_MAX_REPLICAS; k++)); do
 done
 
 binaries
-"$BENCH" faults --list "$@" >/dev/null || die "see above: nothing was started"
-for name in "${SERVICES[@]}" seckill-bench; do
+"$DRIVER" --list "$@" >/dev/null || die "see above: nothing was started"
+for name in "${SERVICES[@]}" seckill-faults; do
     [[ -x $SECKILL_BIN_DIR/$name ]] || die "$SECKILL_BIN_DIR/$name was not built"
 done
 
@@ -441,7 +441,7 @@ PSQL=$(pg_bindir)/psql
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # The report this suite writes is not a change to the code it tested.
 git diff --quiet HEAD -- . ':(exclude)docs/RELIABILITY.md' 2>/dev/null || COMMIT="$COMMIT (with local changes)"
-ARGS=(faults --bin-dir "$SECKILL_BIN_DIR" --scratch "$FAULTS_DIR" --server-ctl "$SECKILL_ROOT/scripts/faults.sh"
+ARGS=(--bin-dir "$SECKILL_BIN_DIR" --scratch "$FAULTS_DIR" --server-ctl "$SECKILL_ROOT/scripts/faults.sh"
     --pg-url "postgres://postgres:postgres@127.0.0.1:$FAULTS_PG_PORT"
     --redis-url "redis://127.0.0.1:$FAULTS_REDIS_PORT"
     --amqp-url "amqp://guest:guest@127.0.0.1:$FAULTS_AMQP_PORT/%2f"
@@ -449,7 +449,7 @@ ARGS=(faults --bin-dir "$SECKILL_BIN_DIR" --scratch "$FAULTS_DIR" --server-ctl "
 if ((QUICK == 0 && CASES == 0)); then ARGS+=(--out docs/RELIABILITY.md); fi
 
 rc=0
-"$BENCH" "${ARGS[@]}" "$@" &
+"$DRIVER" "${ARGS[@]}" "$@" &
 echo $! >"$DRIVER_PID"
 wait $! || rc=$?
 rm -f "$DRIVER_PID"

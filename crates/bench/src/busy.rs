@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use hyper::header::HeaderValue;
 use seckill_common::{ErrorBody, ErrorCode};
 
 use crate::client::Answer;
@@ -18,17 +17,6 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(1);
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// Jitter of at least this much, even on a `Retry-After: 0`.
 const MIN_JITTER: Duration = Duration::from_millis(100);
-
-/// `Retry-After` as delay-seconds (RFC 9110 §10.2.3). The HTTP-date form is not used by the
-/// services; it reads as nothing, and the caller falls back to [`DEFAULT_WAIT`].
-pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    // Digits only: an overflow is the one way left to fail, and means "very long".
-    Some(text.parse::<u64>().map_or(Duration::MAX, Duration::from_secs))
-}
 
 /// The answer is the shed answer: `503` with the `BUSY` code. Other 503s (a sale being
 /// restored, an upstream down) are not about load, and are left as they are.
@@ -80,18 +68,6 @@ mod tests {
     fn answer(status: u16, code: &str, retry_after: Option<u64>) -> Answer {
         let body = format!(r#"{{"code":"{code}","message":"m"}}"#);
         Answer { status, body: Bytes::from(body), retry_after: retry_after.map(Duration::from_secs) }
-    }
-
-    #[test]
-    fn retry_after_is_read_as_seconds() {
-        let parse = |s: &str| parse_retry_after(&HeaderValue::from_str(s).unwrap());
-        assert_eq!(parse("1"), Some(Duration::from_secs(1)));
-        assert_eq!(parse(" 0 "), Some(Duration::ZERO));
-        assert_eq!(parse("120"), Some(Duration::from_secs(120)));
-        assert_eq!(parse("99999999999999999999999"), Some(Duration::MAX));
-        for unreadable in ["", "-1", "1.5", "soon", "Wed, 21 Oct 2015 07:28:00 GMT"] {
-            assert_eq!(parse(unreadable), None, "{unreadable:?}");
-        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::report::Report;
 use crate::scenario::{self, BuyLimit, Scenario, ScenarioConfig};
 use crate::storm::StormConfig;
 use crate::sync::SyncConfig;
-use crate::{chart, cleanup, client, faults, machine};
+use crate::{chart, cleanup, client, machine};
 
 /// Exit status when a scenario ran but an invariant broke.
 pub const EXIT_INVARIANT: u8 = 3;
@@ -97,11 +97,6 @@ pub enum Command {
     Figure(FigureArgs),
     /// Writes BENCHMARKS.md from a directory of reports.
     Markdown(MarkdownArgs),
-    /// The fault suite's driver (scripts/faults.sh runs it against private servers): starts the
-    /// four release binaries, and per case a fresh sale, buyers arriving, one fault mid-sale
-    /// (kill -9, SIGTERM, a server restarted or flushed), then checks that nothing was lost.
-    /// Exits 3 when a case broke an invariant.
-    Faults(FaultsArgs),
     /// What a shop's history costs at rest: per count of ended sales (100 and 10,000 by
     /// default), a fresh system of the four release binaries under names of its own, that many
     /// ended sales and a few live ones; each service's CPU over a minute of nothing happening.
@@ -570,50 +565,6 @@ pub struct MarkdownArgs {
     pub out: PathBuf,
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct FaultsArgs {
-    /// Cases to run (default: all of them; with --quick: the CI subset, `--list --quick`).
-    pub cases: Vec<String>,
-    /// Small sales and short outages; without case names, the CI subset.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the cases (those named, checking the names; with --quick alone, the subset) and exit.
-    #[arg(long)]
-    pub list: bool,
-    /// Where gateway, seckill-service, order-service and stock-service are.
-    #[arg(long, default_value = "target/release")]
-    pub bin_dir: PathBuf,
-    /// The services' working directory, logs (services/*.log) and pid files.
-    #[arg(long, default_value = "run/faults")]
-    pub scratch: PathBuf,
-    /// The script that controls the private servers (`<script> server KIND ACTION`).
-    #[arg(long, default_value = "scripts/faults.sh")]
-    pub server_ctl: PathBuf,
-    /// The private PostgreSQL, without a database name (standard ports are refused).
-    #[arg(long, default_value = "postgres://postgres:postgres@127.0.0.1:25432")]
-    pub pg_url: String,
-    #[arg(long, default_value = "redis://127.0.0.1:26379")]
-    pub redis_url: String,
-    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:26672/%2f")]
-    pub amqp_url: String,
-    /// The gateway's port; seckill-, order- and stock-service take the next three, the
-    /// gateway's admin listener the one after.
-    #[arg(long, default_value_t = 28080)]
-    pub http_port: u16,
-    /// The psql program reading the databases for the checks.
-    #[arg(long, default_value = "psql")]
-    pub psql: String,
-    /// Units per sale (default 400, quick 150); three times as many buyers.
-    #[arg(long)]
-    pub units: Option<i64>,
-    /// Write the report (docs/RELIABILITY.md) here.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// The commit the run tested, for the report.
-    #[arg(long, default_value = "unknown")]
-    pub commit: String,
-}
-
 /// Parses the command line, runs it on a multi-thread runtime, and maps failures to an exit
 /// status.
 pub fn main() -> ExitCode {
@@ -767,7 +718,6 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             println!("{:.1}", markdown::figure(&a.dir, &a.name, &a.metric)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Faults(a) => run_faults(a).await,
         Command::Idle(a) => crate::idle::run(&a).await.map(|_| ExitCode::SUCCESS),
         Command::Push(a) => {
             let report = crate::push::run(&a).await?;
@@ -818,45 +768,6 @@ fn invariant_status(report: &Report) -> ExitCode {
     } else {
         eprintln!("seckill-bench: an invariant is broken (see above)");
         ExitCode::from(EXIT_INVARIANT)
-    }
-}
-
-async fn run_faults(a: FaultsArgs) -> anyhow::Result<ExitCode> {
-    if a.list {
-        let timing = faults::cases::Timing::new(a.quick);
-        // Named cases are checked (scripts/faults.sh does so before it starts any server).
-        let cases = if a.cases.is_empty() && !a.quick {
-            faults::cases::all(timing)
-        } else {
-            faults::cases::select(timing, a.quick, &a.cases)?
-        };
-        for c in cases {
-            let quick = if faults::cases::QUICK.contains(&c.name.as_str()) { " [quick]" } else { "" };
-            println!("{:<18} {}{quick}", c.name, c.fault);
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let cfg = faults::Config {
-        bin_dir: a.bin_dir,
-        scratch: a.scratch,
-        server_ctl: a.server_ctl,
-        pg_url: a.pg_url.trim_end_matches('/').to_owned(),
-        redis_url: a.redis_url,
-        amqp_url: a.amqp_url,
-        http_port: a.http_port,
-        psql: a.psql,
-        quick: a.quick,
-        cases: a.cases,
-        units: a.units,
-        out: a.out,
-        commit: a.commit,
-    };
-    let results = faults::run(&cfg).await?;
-    if results.iter().all(faults::CaseResult::passed) {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("seckill-bench faults: a case broke an invariant (see above)");
-        Ok(ExitCode::from(EXIT_INVARIANT))
     }
 }
 

@@ -17,10 +17,10 @@ use clap::Args;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use serde::Serialize;
 
+use crate::api::{create_sale, dev_token};
 use crate::client::{Conn, Endpoint, Req};
-use crate::faults::cases::{Svc, Unit};
-use crate::faults::fleet::{Backends, Fleet};
-use crate::scenario::{create_sale, dev_token};
+use crate::fleet::{Backends, Fleet};
+use crate::fleet::{Svc, Unit};
 
 #[derive(Debug, Clone, Args)]
 pub struct IdleArgs {

@@ -7,21 +7,20 @@
 //! invariants from outside, and measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
 //! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
 //! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
-//! same PostgreSQL, for comparison; `faults` is the fault suite's driver (scripts/faults.sh: services killed and
-//! servers restarted mid-sale, nothing lost). The library API is what the
+//! same PostgreSQL, for comparison. The fault suite is crates/faults; what the two share (the
+//! client, the fleet of binaries, the invariants) is crates/harness. The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
 //! [`scenario::ScenarioConfig`] returns a [`report::Report`].
+
+pub use seckill_harness::{api, client, fleet, invariants, signal};
 
 pub mod baseline;
 pub mod busy;
 pub mod chart;
 pub mod cleanup;
 pub mod cli;
-pub mod client;
-pub mod faults;
 pub mod gate_load;
 pub mod idle;
-pub mod invariants;
 pub mod machine;
 pub mod markdown;
 pub mod memory;
@@ -31,7 +30,6 @@ pub mod record;
 pub mod report;
 pub mod room;
 pub mod scenario;
-pub mod signal;
 pub mod stats;
 pub mod storm;
 pub mod sync;

@@ -178,18 +178,7 @@ pub struct Target {
     pub met: Option<bool>,
 }
 
-/// A whole number with thousands separators (`12,345`).
-pub fn n0(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0.0 { format!("-{out}") } else { out }
-}
+pub use seckill_harness::n0;
 
 fn runs_text(values: &[f64]) -> String {
     if values.len() <= 1 {

@@ -63,17 +63,18 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
+use crate::api::{create_sale, dev_token};
 use crate::cli::Output;
 use crate::client::{Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, open_events};
-use crate::faults::cases::{Svc, Unit};
-use crate::faults::fleet::{Backends, Fleet};
+use crate::fleet::{Backends, Fleet};
+use crate::fleet::{Svc, Unit};
 use crate::invariants::Check;
 use crate::machine::{Involved, Watch};
 use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event};
 use crate::report::{KIND_SCENARIO, Report, now_rfc3339};
-use crate::scenario::{create_sale, dev_token, mint_tokens};
+use crate::scenario::mint_tokens;
 use crate::signal::Signal;
 use crate::stats::{Latency, latency_of, per_sec};
 

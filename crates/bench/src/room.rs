@@ -343,7 +343,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let progress = !a.out.no_progress;
     let endpoint = Endpoint::parse(&a.gateway)?;
     let mut admin = Conn::new(endpoint.clone(), REQUEST_TIMEOUT);
-    let admin_token = scenario::dev_token(&mut admin, 1, "admin").await?;
+    let admin_token = crate::api::dev_token(&mut admin, 1, "admin").await?;
     let users: Vec<i64> = (0..a.users).map(|i| a.first_user + i as i64).collect();
     let bearers = scenario::mint_tokens(&endpoint, &users, a.connections, REQUEST_TIMEOUT, progress).await?;
     let room = WaitingRoom {
@@ -355,7 +355,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let opens_in = chrono::Duration::milliseconds((a.opens_in_secs * 1e3) as i64);
     let label = format!("bench {NAME}");
     let goods =
-        scenario::create_sale(&mut admin, &admin_token, &label, a.stock, 1, -opens_in, Some(room)).await?;
+        crate::api::create_sale(&mut admin, &admin_token, &label, a.stock, 1, -opens_in, Some(room)).await?;
     let opens_at = Instant::now() + (goods.start_at - Utc::now()).to_std().unwrap_or_default();
     let conns = Conn::open_many(&endpoint, a.connections, REQUEST_TIMEOUT).await?;
 

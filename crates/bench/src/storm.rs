@@ -215,7 +215,7 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
     let bought = Bought::of(&sale, cfg.users)?;
     let g = bought.goods_id;
     let mut admin = Conn::new(Endpoint::parse(&cfg.gateway)?, cfg.request_timeout);
-    let admin_bearer = bearer_header(&scenario::dev_token(&mut admin, 1, "admin").await?)?;
+    let admin_bearer = bearer_header(&crate::api::dev_token(&mut admin, 1, "admin").await?)?;
     let order =
         some_order(&mut admin, g, cfg.first_user).await.context("reading one of the sale's orders back")?;
     ttl_matches(&order, cfg.order_ttl)?;
@@ -513,7 +513,7 @@ async fn agreeing_audit(conn: &mut Conn, admin: &HeaderValue, g: i64) -> Option<
 
 /// One order of the sale: `user`'s (a buyer of it), through their result.
 async fn some_order(conn: &mut Conn, g: i64, user: i64) -> anyhow::Result<Order> {
-    let bearer = bearer_header(&scenario::dev_token(conn, user, "user").await?)?;
+    let bearer = bearer_header(&crate::api::dev_token(conn, user, "user").await?)?;
     let a = conn.send(Req::get(&format!("/api/seckill/{g}/result")).bearer(&bearer)).await;
     let result: SeckillResult = serde_json::from_slice(&a.body)
         .with_context(|| format!("user {user}'s result: HTTP {}", a.status))?;

@@ -19,11 +19,11 @@ use seckill_common::api::Role;
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust, TrustSettings};
 use seckill_common::{ErrorBody, ErrorCode, UserId, headers};
 
-use super::cases::{Svc, Unit};
-use super::fleet::{BUY_BURST, BUY_PER_SEC, Fleet};
-use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
-use crate::invariants::Check;
-use crate::scenario::dev_token;
+use seckill_harness::api::dev_token;
+use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use seckill_harness::fleet::{BUY_BURST, BUY_PER_SEC, Fleet};
+use seckill_harness::fleet::{Svc, Unit};
+use seckill_harness::invariants::Check;
 
 pub const SOLD_OUT_EVERYWHERE: &str = "every seckill-service replica answers SOLD_OUT";
 pub const CONSUMERS_SHARE: &str = "every order-service replica consumed buy requests";

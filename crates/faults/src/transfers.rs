@@ -9,7 +9,7 @@ use seckill_common::GoodsId;
 use seckill_common::keys::{RedisKeys, SaleBucket};
 use tokio::time::Instant;
 
-use crate::invariants::Check;
+use seckill_harness::invariants::Check;
 
 pub const NAME: &str = "units moved between the stock buckets, every transfer settled, every bucket empty";
 

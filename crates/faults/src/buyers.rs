@@ -18,8 +18,8 @@ use serde_json::json;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
-use crate::invariants::FinalState;
+use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use seckill_harness::invariants::FinalState;
 
 /// Unexpected answers kept as examples per buyer and per case.
 const EXAMPLES: usize = 20;

@@ -4,100 +4,13 @@
 //! thing in every case. Each case also says how many replicas of every service it runs, and
 //! which checks beyond the suite's usual ones it adds ([`Extra`]).
 
-use std::fmt;
 use std::time::Duration;
 
 use anyhow::bail;
 
-use super::room::Plan;
+use seckill_harness::fleet::{Svc, Unit};
 
-/// One of the four services.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Svc {
-    Stock,
-    Seckill,
-    Order,
-    Gateway,
-}
-
-impl Svc {
-    /// In start order: nothing calls a service started after it.
-    pub const ALL: [Svc; 4] = [Svc::Stock, Svc::Seckill, Svc::Order, Svc::Gateway];
-
-    /// Its name among the peers that hold link keys.
-    pub fn peer(self) -> seckill_common::trust::Peer {
-        use seckill_common::trust::Peer;
-        match self {
-            Self::Gateway => Peer::Gateway,
-            Self::Seckill => Peer::Seckill,
-            Self::Order => Peer::Order,
-            Self::Stock => Peer::Stock,
-        }
-    }
-
-    /// The binary's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Gateway => "gateway",
-            Self::Seckill => "seckill-service",
-            Self::Order => "order-service",
-            Self::Stock => "stock-service",
-        }
-    }
-
-    /// Its port is the gateway's plus this (the standard ports keep the same order).
-    pub fn port_offset(self) -> u16 {
-        match self {
-            Self::Gateway => 0,
-            Self::Seckill => 1,
-            Self::Order => 2,
-            Self::Stock => 3,
-        }
-    }
-
-    fn short(self) -> &'static str {
-        match self {
-            Self::Gateway => "gateway",
-            Self::Seckill => "seckill",
-            Self::Order => "order",
-            Self::Stock => "stock",
-        }
-    }
-}
-
-/// One process: replica `replica` of `svc` (replica 0 is the one the single-replica cases run).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Unit {
-    pub svc: Svc,
-    pub replica: usize,
-}
-
-impl Unit {
-    pub const fn new(svc: Svc, replica: usize) -> Self {
-        Self { svc, replica }
-    }
-
-    /// Replica 0.
-    pub const fn first(svc: Svc) -> Self {
-        Self::new(svc, 0)
-    }
-
-    /// `<name>` for replica 0, `<name>-<k>` otherwise: the stem of its log and pid files, as
-    /// scripts/up.sh names them.
-    pub fn stem(self) -> String {
-        if self.replica == 0 {
-            self.svc.name().to_owned()
-        } else {
-            format!("{}-{}", self.svc.name(), self.replica)
-        }
-    }
-}
-
-impl fmt::Display for Unit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.stem())
-    }
-}
+use crate::room::Plan;
 
 /// A private server, as `scripts/faults.sh server KIND ACTION` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

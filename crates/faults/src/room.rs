@@ -22,9 +22,9 @@ use tokio::task::JoinSet;
 
 use super::buyers::{self, BuyerLog, Load, Tally};
 use super::verdict::{self, check};
-use crate::client::{Answer, Conn, Req, bearer_header};
-use crate::invariants::Check;
-use crate::scenario::dev_token;
+use seckill_harness::api::dev_token;
+use seckill_harness::client::{Answer, Conn, Req, bearer_header};
+use seckill_harness::invariants::Check;
 
 pub const PLACE_KEPT: &str = "room: every place the same in every answer";
 pub const ADMITTED_ONCE: &str = "room: nobody admitted twice";

@@ -12,6 +12,7 @@
 //! Signals other than SIGKILL go through the `kill` command: no libc binding needed.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,9 +24,97 @@ use tokio::process::{Child, Command};
 
 use seckill_common::trust::Peer;
 
-use super::cases::{Svc, Unit};
 use crate::client::{Answer, Conn, Endpoint, Req};
 use crate::signal::{self, Signal};
+
+/// One of the four services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Svc {
+    Stock,
+    Seckill,
+    Order,
+    Gateway,
+}
+
+impl Svc {
+    /// In start order: nothing calls a service started after it.
+    pub const ALL: [Svc; 4] = [Svc::Stock, Svc::Seckill, Svc::Order, Svc::Gateway];
+
+    /// Its name among the peers that hold link keys.
+    pub fn peer(self) -> seckill_common::trust::Peer {
+        use seckill_common::trust::Peer;
+        match self {
+            Self::Gateway => Peer::Gateway,
+            Self::Seckill => Peer::Seckill,
+            Self::Order => Peer::Order,
+            Self::Stock => Peer::Stock,
+        }
+    }
+
+    /// The binary's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Seckill => "seckill-service",
+            Self::Order => "order-service",
+            Self::Stock => "stock-service",
+        }
+    }
+
+    /// Its port is the gateway's plus this (the standard ports keep the same order).
+    pub fn port_offset(self) -> u16 {
+        match self {
+            Self::Gateway => 0,
+            Self::Seckill => 1,
+            Self::Order => 2,
+            Self::Stock => 3,
+        }
+    }
+
+    /// Its short name, in the fault cases' names.
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Seckill => "seckill",
+            Self::Order => "order",
+            Self::Stock => "stock",
+        }
+    }
+}
+
+/// One process: replica `replica` of `svc` (replica 0 is the one the single-replica cases run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unit {
+    pub svc: Svc,
+    pub replica: usize,
+}
+
+impl Unit {
+    pub const fn new(svc: Svc, replica: usize) -> Self {
+        Self { svc, replica }
+    }
+
+    /// Replica 0.
+    pub const fn first(svc: Svc) -> Self {
+        Self::new(svc, 0)
+    }
+
+    /// `<name>` for replica 0, `<name>-<k>` otherwise: the stem of its log and pid files, as
+    /// scripts/up.sh names them.
+    pub fn stem(self) -> String {
+        if self.replica == 0 {
+            self.svc.name().to_owned()
+        } else {
+            format!("{}-{}", self.svc.name(), self.replica)
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.stem())
+    }
+}
 
 /// How long a service may take to answer /readyz after its start.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -345,8 +434,8 @@ impl Fleet {
             .with_context(|| format!("opening {}", log_path.display()))?;
         writeln!(
             log,
-            "\n===== seckill-bench faults: {unit} started at {} =====",
-            crate::report::now_rfc3339()
+            "\n===== {unit} started at {} by the fleet (seckill-harness) =====",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         )?;
         let env = self.env(unit);
         let mut cmd = Command::new(self.bin_dir.join(unit.svc.name()));

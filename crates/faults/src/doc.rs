@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
 use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
 use super::room::{ADMITTED_ONCE, MAX_GAP_S, PLACE_KEPT, RATE_HELD, ROOM_ANSWERS, ROOM_MOVES};
 use super::verdict::{BACK_AFTER_SERVER, BACK_AFTER_SERVER_S};
 use super::{CaseResult, Config};
-use crate::markdown::n0;
+use seckill_harness::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
+use seckill_harness::n0;
 
 fn secs(v: Option<f64>) -> String {
     v.map_or("never".into(), |s| format!("{s:.1} s"))
@@ -89,7 +89,7 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
     let passed = results.iter().filter(|r| r.passed()).count();
     let _ = writeln!(
         out,
-        "Written by `scripts/faults.sh` (the driver is `seckill-bench faults`, crates/bench/src/faults/) from commit \
+        "Written by `scripts/faults.sh` (the driver is `seckill-faults`, crates/faults) from commit \
          `{}`, run on {} UTC in {:.0} minutes; do not edit by hand, run it again. **{passed} of {} cases passed.**\n",
         cfg.commit,
         started.format("%Y-%m-%d %H:%M"),
@@ -118,7 +118,7 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
         cfg.http_port + 4
     );
     out.push_str(
-        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued and with 2,000 in a waiting room, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-bench faults --list)\n```\n\n",
+        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued and with 2,000 in a waiting room, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-faults --list)\n```\n\n",
     );
     let units = cfg.units();
     let _ = writeln!(
@@ -335,9 +335,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::faults::Timeline;
-    use crate::faults::verdict::Figures;
-    use crate::invariants::Check;
+    use crate::Timeline;
+    use crate::verdict::Figures;
+    use seckill_harness::invariants::Check;
 
     fn case(name: &str, ok: bool) -> CaseResult {
         CaseResult {
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn the_document_has_a_summary_and_a_section_per_case_naming_violations() {
-        let cfg = crate::faults::tests::config();
+        let cfg = crate::tests::config();
         let results = [case("kill9-order", true), case("redis-flush-kill", false)];
         let at = Utc::now();
         let doc = render(&results, &cfg, at, at + chrono::Duration::minutes(8));

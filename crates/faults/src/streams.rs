@@ -14,8 +14,8 @@ use seckill_common::push::{EventKind, SseReader};
 
 use super::buyers::{Accepted, Backoff, BuyerLog, Load, Tally};
 use super::verdict::check;
-use crate::client::{Answer, Endpoint, STATUS_ERROR, STATUS_TIMEOUT, open_events};
-use crate::invariants::{Check, FinalState};
+use seckill_harness::client::{Answer, Endpoint, STATUS_ERROR, STATUS_TIMEOUT, open_events};
+use seckill_harness::invariants::{Check, FinalState};
 
 /// How one stream ended.
 enum Heard {

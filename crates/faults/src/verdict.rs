@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 use super::buyers::{BuyerLog, Tally};
-use crate::invariants::{self, Buyer, Check, FinalState};
+use seckill_harness::invariants::{self, Buyer, Check, FinalState};
 
 pub const ONLY_503_504: &str = "no 5xx but 503/504, no unexpected answer";
 pub const NO_OVERSELL: &str = "active orders <= stock";
@@ -628,7 +628,12 @@ mod tests {
         let (mut logs, outside) = clean();
         logs[0].accepted[0].state = FinalState::Queued;
         logs[0].accepted[0].final_s = None;
-        logs[4].tally.bad(2.0, 5, "POST .../orders", &crate::client::Answer::new(500, Default::default()));
+        logs[4].tally.bad(
+            2.0,
+            5,
+            "POST .../orders",
+            &seckill_harness::client::Answer::new(500, Default::default()),
+        );
         let (f, checks) = judge(3, &logs, &outside, Some(0.5), Some(1.0));
         let failed = failing(&checks);
         assert!(

@@ -256,7 +256,7 @@ impl Conn {
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
         let retry_after = if status == 503 {
-            response.headers().get(RETRY_AFTER).and_then(crate::busy::parse_retry_after)
+            response.headers().get(RETRY_AFTER).and_then(parse_retry_after)
         } else {
             None
         };
@@ -298,9 +298,32 @@ pub async fn open_events(
     Err(Answer::new(status, body))
 }
 
+/// `Retry-After` as delay-seconds (RFC 9110 §10.2.3). The HTTP-date form is not used by the
+/// services; it reads as nothing, and the caller waits as it would without one.
+pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Digits only: an overflow is the one way left to fail, and means "very long".
+    Some(text.parse::<u64>().map_or(Duration::MAX, Duration::from_secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_as_seconds() {
+        let parse = |s: &str| parse_retry_after(&HeaderValue::from_str(s).unwrap());
+        assert_eq!(parse("1"), Some(Duration::from_secs(1)));
+        assert_eq!(parse(" 0 "), Some(Duration::ZERO));
+        assert_eq!(parse("120"), Some(Duration::from_secs(120)));
+        assert_eq!(parse("99999999999999999999999"), Some(Duration::MAX));
+        for unreadable in ["", "-1", "1.5", "soon", "Wed, 21 Oct 2015 07:28:00 GMT"] {
+            assert_eq!(parse(unreadable), None, "{unreadable:?}");
+        }
+    }
 
     #[test]
     fn urls_are_parsed_with_their_prefix() {

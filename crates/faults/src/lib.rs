@@ -1,4 +1,4 @@
-//! `seckill-bench faults`: the driver of the fault suite (scripts/faults.sh runs it against
+//! `seckill-faults`: the fault suite's driver (scripts/faults.sh runs it against
 //! private servers it starts). It proves from outside that the system loses nothing when a part
 //! of it dies.
 //!
@@ -19,7 +19,6 @@
 pub mod buyers;
 pub mod cases;
 pub mod doc;
-pub mod fleet;
 pub mod replicas;
 pub mod room;
 pub mod servers;
@@ -38,15 +37,15 @@ use futures_util::future::join_all;
 use seckill_common::api::{Goods, Order};
 
 use self::buyers::{BuyerLog, Load};
-use self::cases::{Case, Extra, MAX_REPLICAS, Step, Svc, Timing, Unit};
-use self::fleet::{Backends, Fleet, replica_port};
+use self::cases::{Case, Extra, MAX_REPLICAS, Step, Timing};
 use self::replicas::Consumed;
 use self::servers::Servers;
 use self::verdict::{Figures, OrderRow, Outside};
-use crate::client::{Conn, Endpoint};
-use crate::invariants::{Check, FinalState};
-use crate::scenario::{create_sale, dev_token};
-use crate::signal::Signal;
+use seckill_harness::api::{create_sale, dev_token};
+use seckill_harness::client::{Conn, Endpoint};
+use seckill_harness::fleet::{self, Backends, Fleet, Svc, Unit, replica_port};
+use seckill_harness::invariants::{Check, FinalState};
+use seckill_harness::signal::Signal;
 
 /// Ports of the system's own servers and services: the suite restarts, flushes and kills what
 /// it is pointed at, so it refuses these.
@@ -71,26 +70,60 @@ const REQUEUED_FOR: Duration = Duration::from_secs(30);
 const MAX_LATE: usize = 200;
 const LATE_FOR: Duration = Duration::from_secs(20);
 
-/// Everything a run needs.
-#[derive(Debug, Clone)]
+/// Everything a run needs: the command line of `seckill-faults`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "seckill-faults",
+    about = "The fault suite (scripts/faults.sh runs it against private servers): starts the four release \
+             binaries, and per case a fresh sale, buyers arriving, one fault mid-sale (kill -9, SIGTERM, a \
+             server restarted or flushed), then checks that nothing was lost. Exits 3 when a case broke an \
+             invariant."
+)]
 pub struct Config {
-    pub bin_dir: PathBuf,
-    pub scratch: PathBuf,
-    pub server_ctl: PathBuf,
-    pub pg_url: String,
-    pub redis_url: String,
-    pub amqp_url: String,
-    /// The gateway's port; the other services take the next three, the gateway's admin
-    /// listener the one after; replica k of each takes its port + 10k.
-    pub http_port: u16,
-    pub psql: String,
-    pub quick: bool,
+    /// Cases to run (default: all of them; with --quick: the CI subset, `--list --quick`).
     pub cases: Vec<String>,
-    /// Units per sale (default 400, quick 150); buyers are three times as many.
+    /// Small sales and short outages; without case names, the CI subset.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the cases (those named, checking the names; with --quick alone, the subset) and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Where gateway, seckill-service, order-service and stock-service are.
+    #[arg(long, default_value = "target/release")]
+    pub bin_dir: PathBuf,
+    /// The services' working directory, logs (services/*.log) and pid files.
+    #[arg(long, default_value = "run/faults")]
+    pub scratch: PathBuf,
+    /// The script that controls the private servers (`<script> server KIND ACTION`).
+    #[arg(long, default_value = "scripts/faults.sh")]
+    pub server_ctl: PathBuf,
+    /// The private PostgreSQL, without a database name (standard ports are refused).
+    #[arg(long, default_value = "postgres://postgres:postgres@127.0.0.1:25432", value_parser = no_trailing_slash)]
+    pub pg_url: String,
+    #[arg(long, default_value = "redis://127.0.0.1:26379")]
+    pub redis_url: String,
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:26672/%2f")]
+    pub amqp_url: String,
+    /// The gateway's port; seckill-, order- and stock-service take the next three, the
+    /// gateway's admin listener the one after; replica k of each takes its port + 10k.
+    #[arg(long, default_value_t = 28080)]
+    pub http_port: u16,
+    /// The psql program reading the databases for the checks.
+    #[arg(long, default_value = "psql")]
+    pub psql: String,
+    /// Units per sale (default 400, quick 150); three times as many buyers.
+    #[arg(long)]
     pub units: Option<i64>,
-    /// Where to write RELIABILITY.md.
+    /// Write the report (docs/RELIABILITY.md) here.
+    #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The commit the run tested, for the report.
+    #[arg(long, default_value = "unknown")]
     pub commit: String,
+}
+
+fn no_trailing_slash(url: &str) -> Result<String, String> {
+    Ok(url.trim_end_matches('/').to_owned())
 }
 
 impl Config {
@@ -726,6 +759,7 @@ pub(crate) mod tests {
             http_port: 28080,
             psql: "psql".into(),
             quick: false,
+            list: false,
             cases: Vec::new(),
             units: None,
             out: None,
