@@ -352,14 +352,8 @@ impl ServiceSettings for Settings {
         &self.log
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
-        Settings::validate(self)
-    }
-}
-
-impl Settings {
     /// Fails on the first unusable value, naming its key and environment variable.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         self.jwt_secret()?;
         self.http.validate()?;
         self.room.key()?;
@@ -433,7 +427,9 @@ impl Settings {
         }
         ConfigError::check_positive("rate_limit.cleanup_interval_secs", self.rate_limit.cleanup_interval_secs)
     }
+}
 
+impl Settings {
     /// The JWT secret. There is no built-in one: a gateway without a secret must not start, nor
     /// one with a secret short enough to guess offline from any token it signed.
     pub fn jwt_secret(&self) -> Result<&str, ConfigError> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use anyhow::Context;
+use seckill_common::config::ServiceSettings;
 use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
 use seckill_infra::redis::{Redis, RedisUse};

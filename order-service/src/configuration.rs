@@ -84,12 +84,6 @@ impl ServiceSettings for Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        Settings::validate(self)
-    }
-}
-
-impl Settings {
-    pub fn validate(&self) -> Result<(), ConfigError> {
         self.http.validate()?;
         self.amqp.validate()?;
         self.redis.validate()?;
@@ -105,7 +99,9 @@ impl Settings {
         ConfigError::check_positive("order.consumers", order.consumers as u64)?;
         ConfigError::check_positive("order.sweep_interval_secs", order.sweep_interval_secs)
     }
+}
 
+impl Settings {
     pub fn database_url(&self) -> String {
         self.database.url_or(DATABASE)
     }

@@ -141,12 +141,6 @@ impl ServiceSettings for Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        Settings::validate(self)
-    }
-}
-
-impl Settings {
-    pub fn validate(&self) -> Result<(), ConfigError> {
         self.http.validate()?;
         self.amqp.validate()?;
         self.redis.validate()?;

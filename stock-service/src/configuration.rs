@@ -53,17 +53,13 @@ impl ServiceSettings for Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        Settings::validate(self)
-    }
-}
-
-impl Settings {
-    pub fn validate(&self) -> Result<(), ConfigError> {
         self.http.validate()?;
         self.amqp.validate()?;
         self.database.validate()
     }
+}
 
+impl Settings {
     pub fn database_url(&self) -> String {
         self.database.url_or(DATABASE)
     }

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
-use seckill_common::config::{self, AmqpSettings, ConfigError, ConfigFile, RedisSettings};
+use seckill_common::config::{self, AmqpSettings, ConfigError, ConfigFile, RedisSettings, ServiceSettings};
 use seckill_common::trust::{Peer, Trust, TrustSettings};
 use seckill_deploy_check::{SERVICES, read, root, scalar};
 use serde::de::DeserializeOwned;
