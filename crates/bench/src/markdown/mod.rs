@@ -12,17 +12,8 @@ use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment};
 use serde::{Deserialize, Serialize};
 
-use crate::invariants::Check;
-use crate::machine::{MachineFacts, ProcCpu};
-use crate::memory::ProcMemory;
-use crate::push::PushSummary;
-use crate::record::Call;
-use crate::report::{
-    BuySummary, DrainSummary, KIND_AMQP, KIND_HTTP, KIND_SCENARIO, LimitCheck, Report, RoomSummary,
-    StormSummary,
-};
-use crate::stats::CallStats;
-use crate::sync::SyncSummary;
+use crate::machine::MachineFacts;
+use crate::report::{KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
 
 mod targets;
 mod views;
@@ -302,6 +293,12 @@ pub fn figure(dir: &Path, name: &str, metric: &str) -> anyhow::Result<f64> {
 
 #[cfg(test)]
 mod tests {
+    use crate::invariants::Check;
+    use crate::memory::ProcMemory;
+    use crate::push::PushSummary;
+    use crate::report::{BuySummary, DrainSummary, LimitCheck, RoomSummary, StormSummary};
+    use crate::sync::SyncSummary;
+
     use super::*;
     use crate::report::RoomMemory;
     use crate::stats::{CallStats, Latency};

@@ -1,7 +1,10 @@
 //! The targets: each a figure of this run against its reference (a baseline of the same run)
 //! and its goal.
 
-use super::*;
+use crate::record::Call;
+use crate::report::{KIND_SCENARIO, Report};
+
+use super::{Collected, n0, names};
 
 /// One target's verdict.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,22 @@
 //! What the template shows beyond the targets: the baselines, the scenarios, where the CPU
 //! went, the shared limits, and the figures the missed targets are explained with.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::invariants::Check;
+use crate::machine::ProcCpu;
+use crate::memory::ProcMemory;
+use crate::push::PushSummary;
+use crate::record::Call;
+use crate::report::{
+    BuySummary, DrainSummary, KIND_AMQP, KIND_SCENARIO, LimitCheck, Report, RoomSummary, StormSummary,
+};
+use crate::stats::CallStats;
+use crate::sync::SyncSummary;
+
+use super::{Collected, names};
 
 /// A measurement others disturbed.
 #[derive(Serialize)]

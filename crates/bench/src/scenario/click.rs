@@ -1,7 +1,18 @@
 //! A click as the load makes it (path token, then order, retried as a client would) and the
 //! connections' workers that make them.
 
-use super::*;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::header::{HeaderName, HeaderValue};
+use seckill_common::api::TokenResponse;
+use tokio::sync::{Notify, mpsc};
+
+use crate::busy::{self, BusyRetry};
+use crate::client::{Answer, Conn, Req, STATUS_ERROR, STATUS_TIMEOUT};
+use crate::record::{Call, Clock, Event};
 
 /// The paths of one sale.
 pub(super) struct Paths {

@@ -5,30 +5,28 @@
 //! `hot-user` is one user hammering the buy button: the path token is fetched once, before
 //! the clock, and every click is an order presenting it.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use futures_util::future::join_all;
 use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus, TokenResponse};
+use seckill_common::api::{Goods, SeckillResult, TokenResponse};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::api::{create_sale, dev_token};
-use crate::busy::{self, BusyRetry};
-use crate::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use crate::busy::BusyRetry;
+use crate::client::{Conn, Endpoint, Req, bearer_header};
 use crate::invariants::{self, Buyer, FinalState};
 use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
 use crate::progress::Progress;
-use crate::record::{Call, Clock, Event, outcome_label};
-use crate::report::{self, BuySummary, DrainSummary, GatewayClicks, KIND_SCENARIO, LimitCheck, Report};
+use crate::record::{Clock, Event};
+use crate::report::{self, KIND_SCENARIO, Report};
 use crate::signal::{self, Signal};
 use crate::stats;
 
@@ -716,6 +714,12 @@ pub(crate) async fn mint_tokens(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use crate::client::STATUS_TIMEOUT;
+    use crate::record::Call;
+
     use super::summary::{by_gateway, limit_check};
     use super::*;
 

@@ -1,6 +1,18 @@
 //! The poller: each accepted user's result asked until it is final, oldest first.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use hyper::header::HeaderValue;
+use seckill_common::api::{SeckillResult, SeckillStatus};
+use tokio::sync::mpsc;
+
+use crate::client::{Answer, Conn, Req};
+use crate::invariants::FinalState;
+use crate::record::{Call, Clock, Event};
 
 /// A user's result as last seen by the poller.
 #[derive(Debug, Clone, Copy)]

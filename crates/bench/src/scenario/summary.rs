@@ -1,7 +1,21 @@
 //! The run's figures from its clicks, its polls and the order rows: what the report says.
 
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use hyper::header::HeaderValue;
+use seckill_common::api::Order;
+use serde_json::json;
+
+use crate::client::{Conn, Req, STATUS_ERROR, STATUS_TIMEOUT};
+use crate::invariants::{Buyer, FinalState};
+use crate::record::{Call, Event, outcome_label};
+use crate::report::{BuySummary, DrainSummary, GatewayClicks, LimitCheck};
+use crate::stats;
+
 use super::click::{Click, is_undecided};
-use super::*;
+use super::poll::PollOut;
+use super::{BuyLimit, ScenarioConfig, Timed};
 
 pub(super) fn secs(us: u32) -> f64 {
     f64::from(us) / 1e6
