@@ -600,8 +600,7 @@ async fn measure(
     eprintln!("push: {} buyers buying at {} a second", buyers.len(), a.rate);
     let (conns, (tx, mut rx)) =
         (Conn::open_many(&endpoint, a.connections, TIMEOUT).await?, mpsc::unbounded_channel());
-    let keys = RedisKeys::new(format!("{}:", a.prefix));
-    let hearing = hear_notices(&ctx, &backends.redis_url, &keys, sale.goods_id).await?;
+    let hearing = hear_notices(&ctx, &backends.redis_url, &backends.redis_keys(), sale.goods_id).await?;
     let buying = Instant::now();
     let conns = buy_paced(&ctx, &sale, conns, &buyers, a.rate, tx).await;
     let buy_secs = buying.elapsed().as_secs_f64();

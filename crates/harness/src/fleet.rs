@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
+use seckill_common::keys::RedisKeys;
 use seckill_common::trust::Peer;
 
 use crate::client::{Answer, Conn, Endpoint, Req};
@@ -151,6 +152,11 @@ impl Backends {
             Some(p) => format!("{p}_{kind}"),
             None => format!("seckill_{kind}"),
         }
+    }
+
+    /// The services' Redis key prefix (`redis.key_prefix`): the run's own, or none.
+    pub fn redis_keys(&self) -> RedisKeys {
+        RedisKeys::new(self.prefix.as_ref().map(|p| format!("{p}:")).unwrap_or_default())
     }
 }
 
@@ -317,7 +323,7 @@ impl Fleet {
         if let Some(p) = &b.prefix {
             // Each only where it has the section: stock-service no Redis, the gateway no broker.
             if svc != Svc::Stock {
-                env.push(("SECKILL__REDIS__KEY_PREFIX".into(), format!("{p}:")));
+                env.push(("SECKILL__REDIS__KEY_PREFIX".into(), b.redis_keys().prefix().to_owned()));
             }
             if svc != Svc::Gateway {
                 env.push(("SECKILL__AMQP__PREFIX".into(), format!("{p}.")));
