@@ -12,6 +12,7 @@ use seckill_web::ApiError;
 
 use crate::proxy::Service;
 use crate::state::Gateway;
+use crate::storefront::NO_STORE;
 
 pub async fn sale_state(
     req: HttpRequest,
@@ -47,6 +48,5 @@ fn closed_state(gateway: &Gateway, g: GoodsId) -> Option<HttpResponse> {
         serde_json::from_slice::<ErrorBody>(&body).is_ok_and(|b| b.code == ErrorCode::SoldOut.as_str());
     let state = SaleState { goods_id: g, start_at, end_at, sold_out, now_ms: Utc::now().timestamp_millis() };
     metrics::counter!("gateway_sale_state_answers_total").increment(1);
-    // Of the moment: no cache keeps it.
-    Some(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(state))
+    Some(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, NO_STORE)).json(state))
 }

@@ -59,7 +59,9 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     let proxy = Proxy::new(&settings.upstreams, trust)?;
     // One connection for the shared limits and the stream tickets (lazy: the first call connects).
     let redis = seckill_infra::redis::connect(&settings.redis).context("redis.url")?;
-    let limits = Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings, &redis))?);
+    let keys = RedisKeys::new(settings.redis.key_prefix.clone());
+    let limits =
+        Arc::new(Limits::new(|class| settings.quota(class), shared_limits(&settings, &redis, &keys))?);
     let storefront = Storefront::new(&settings.storefront, settings.auth.dev_tokens)?;
     let lifecycle = Lifecycle::new();
     let push = Arc::new(Push::new(
@@ -68,7 +70,7 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         settings.jwt_secret()?,
         redis,
         &settings.redis,
-        RedisKeys::new(settings.redis.key_prefix.clone()),
+        keys,
     )?);
     storefront.prepare_dir().await?;
     let gateway = web::Data::new(Gateway {
@@ -138,14 +140,14 @@ fn spawn_storefront_writer(lifecycle: &Lifecycle, gateway: web::Data<Gateway>, e
 /// The shared buckets, when `rate_limit.shared`. Nothing is connected yet: the first request
 /// connects, and a Redis that does not answer leaves each replica limiting alone (logged),
 /// so the gateway starts and serves without it.
-fn shared_limits(settings: &Settings, redis: &Redis) -> Option<SharedLimits> {
+fn shared_limits(settings: &Settings, redis: &Redis, keys: &RedisKeys) -> Option<SharedLimits> {
     if !settings.rate_limit.shared {
         tracing::warn!("rate_limit.shared is off: each gateway replica limits alone");
         return None;
     }
     Some(SharedLimits::new(
         redis.clone(),
-        RedisKeys::new(settings.redis.key_prefix.clone()),
+        keys.clone(),
         settings.rate_limit.lease,
         Duration::from_millis(settings.rate_limit.shared_timeout_ms),
     ))

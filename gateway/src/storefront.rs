@@ -59,7 +59,7 @@ pub const WORK_JS: &str = include_str!("../assets/store/work.js");
 /// old ones may be kept for as long as a browser likes.
 const ASSET_CACHE: &str = "public, max-age=31536000, immutable";
 /// Error pages are of the moment: no cache keeps them.
-const NO_STORE: &str = "no-store";
+pub(crate) const NO_STORE: &str = "no-store";
 /// Scripts and styles from the gateway alone, no inline code, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
