@@ -3,14 +3,13 @@
 #
 #   1. the four services, gateway first, by the pids in run/<name>.pid and, for the replicas
 #      of SECKILL_REPLICAS (see up.sh), run/<name>-<k>.pid, and what an interrupted
-#      scripts/bench.sh left running (its second gateway and trivial upstream, run/bench/*.pid):
+#      scripts/bench.sh left running (run/bench/**/*.pid):
 #      SIGTERM (and SIGCONT, for an order-service bench.sh had paused) to every replica of a
 #      service at once, up to SECKILL_STOP_TIMEOUT (default 30) seconds for a graceful exit,
 #      then SIGKILL;
 #   2. the servers recorded in run/servers.started (PostgreSQL via pg_ctlcluster stop, Redis via
 #      redis-cli shutdown nosave, RabbitMQ via rabbitmqctl stop); servers that were already
-#      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step and the next
-#      (bench.sh removes its scratch data between the two steps);
+#      running before are left alone. SECKILL_KEEP_SERVERS=1 skips this step and the next;
 #   3. what an interrupted scripts/faults.sh left (its driver, its services, its private
 #      PostgreSQL, Redis and RabbitMQ, and run/faults/): scripts/faults.sh clean.
 # Idempotent: with nothing recorded it only says so. A bench run's scratch databases, Redis keys
@@ -83,8 +82,13 @@ stop_service() {
     done
 }
 
-stop_service gateway run/bench/gateway-hop.pid
-stop_service seckill-bench run/bench/upstream.pid
+# An interrupted bench run's: <name>.pid or <name>-<k>.pid, the binary's name before the -<k>.
+for f in run/bench/upstream.pid run/bench/services/*.pid run/bench/*/services/*.pid; do
+    [[ -f $f ]] || continue
+    name=$(basename "$f" .pid)
+    [[ $f == */upstream.pid ]] && name=seckill-bench
+    stop_service "${name%-[0-9]*}" "$f"
+done
 for name in gateway order-service seckill-service stock-service; do
     mapfile -t pidfiles < <(service_pidfiles "$name")
     stop_service "$name" "${pidfiles[@]}"

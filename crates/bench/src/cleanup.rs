@@ -1,15 +1,60 @@
-//! Removing a bench run's scratch AMQP names (`amqp-cleanup`): scripts/bench.sh starts the
-//! system under its own queue prefix and deletes, at the start and at the end, every queue and
-//! exchange the services declare under it. AMQP cannot list queues, so the names are computed
-//! the way the services compute them ([`AmqpNames`]); the order delay queue's name carries the
-//! order TTL and the retry queues' names the retry delay, so those are inputs.
+//! Removing what a bench run made under its scratch names ([`Backends::prefix`]), at its
+//! start (what an interrupted run left) and at its end: the databases, the Redis keys, and
+//! every queue and exchange the services declare under the prefix. AMQP cannot list queues,
+//! so their names are computed the way the services compute them ([`AmqpNames`]); the order
+//! delay queue's name carries the order TTL and the retry queues' names the retry delay, so
+//! those are inputs.
 
 use anyhow::{Context, bail};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use lapin::{Channel, Connection, ConnectionProperties};
 use seckill_common::amqp::AmqpNames;
 
 use crate::baseline::redact;
+use crate::fleet::Backends;
+
+/// The order TTL the services run with unless told otherwise (`order.ttl_secs`' default).
+pub const ORDER_TTL_SECS: u64 = 1_800;
+/// The retry delays a fleet's services may run with: the default, and the fault suite's.
+const RETRY_DELAYS_MS: [u64; 2] = [1_000, 500];
+
+/// Drops the fleet's databases (`stock`, `order`, and the baselines' `scratch`), deletes its
+/// Redis keys, and its queues for each order TTL given (the default's too) with `extra`
+/// queues; fails, after trying everything, if anything was not removed.
+pub async fn remove(backends: &Backends, order_ttls: &[u64], extra: &[String]) -> anyhow::Result<()> {
+    let prefix =
+        backends.prefix.as_deref().context("no scratch prefix: the real system's names; refusing")?;
+    let mut failed = Vec::new();
+    match AsyncPgConnection::establish(&format!("{}/postgres", backends.pg_url)).await {
+        Ok(mut conn) => {
+            for kind in ["stock", "order", "scratch"] {
+                let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", backends.database(kind));
+                if let Err(e) = conn.batch_execute(&sql).await {
+                    failed.push(format!("{sql}: {e}"));
+                }
+            }
+        }
+        Err(e) => failed.push(format!("the databases were not dropped: {e}")),
+    }
+    if let Err(e) = seckill_infra::redis::delete_matching(&backends.redis_url, &format!("{prefix}:*")).await {
+        failed.push(format!("the Redis keys {prefix}:* were not deleted: {e}"));
+    }
+    let ttls: Vec<u64> = std::iter::once(ORDER_TTL_SECS).chain(order_ttls.iter().copied()).collect();
+    let names = ScratchNames::new(&format!("{prefix}."), &ttls, &RETRY_DELAYS_MS, extra)?;
+    match delete(&backends.amqp_url, &names).await {
+        Ok(done) => failed.extend(done.failed),
+        Err(e) => failed.push(format!("the queues {prefix}.* were not deleted: {e:#}")),
+    }
+    if failed.is_empty() { Ok(()) } else { bail!("clean-up: {}", failed.join("; ")) }
+}
+
+/// [`remove`], its failure printed (at the end of a run, nothing is left to stop).
+pub async fn remove_quietly(backends: &Backends, order_ttls: &[u64]) {
+    if let Err(e) = remove(backends, order_ttls, &[]).await {
+        eprintln!("{e:#}");
+    }
+}
 
 /// The queues and exchanges to delete under one prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -67,7 +112,7 @@ pub struct Deleted {
 pub async fn delete(url: &str, names: &ScratchNames) -> anyhow::Result<Deleted> {
     let conn = Connection::connect(
         url,
-        ConnectionProperties::default().with_connection_name("seckill-bench amqp-cleanup".into()),
+        ConnectionProperties::default().with_connection_name("seckill-bench clean-up".into()),
     )
     .await
     .with_context(|| format!("connecting to RabbitMQ at {}", redact(url)))?;

@@ -1,5 +1,5 @@
-//! The command line: the scenarios, the baselines, and the helpers scripts/bench.sh uses to
-//! record other tools' figures and write docs/BENCHMARKS.md.
+//! The command line: the scenarios, the baselines, the whole run (`suite`, what
+//! scripts/bench.sh runs) and the document written from its reports.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,13 +11,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::baseline::{self, AmqpConfig, HttpConfig};
 use crate::busy::{self, BusyRetry};
-use crate::markdown::{self, External, KIND_EXTERNAL, KIND_MACHINE, RunInfo};
+use crate::markdown;
 use crate::memory::{self, ProcTarget};
 use crate::report::Report;
 use crate::scenario::{self, BuyLimit, Scenario, ScenarioConfig};
 use crate::storm::StormConfig;
 use crate::sync::SyncConfig;
-use crate::{chart, cleanup, client, machine};
+use crate::{chart, client};
 
 /// Exit status when a scenario ran but an invariant broke.
 pub const EXIT_INVARIANT: u8 = 3;
@@ -79,24 +79,17 @@ pub enum Command {
     Upstream(UpstreamArgs),
     /// Persistent publishes with publisher confirms to a scratch queue (deleted afterwards).
     AmqpPublish(AmqpArgs),
-    /// Deletes the queues and the exchange the services declare under --prefix (a bench run's
-    /// scratch names; an empty prefix is refused), whatever they hold.
-    AmqpCleanup(AmqpCleanupArgs),
-    /// Prints the gate's Lua script (seckill_common::scripts::RESERVE), for redis-benchmark.
-    GateScript,
     /// The gate alone: the reserve script on one hot sale, --connections (64) callers for
     /// --secs (5), on one Redis server or a cluster (--cluster), the stock in --buckets (1)
     /// buckets; calls/s, latency, each node's share and the CPU a call costs a node. One JSON
     /// line on stdout (scripts/bench-scaling.sh runs it over clusters of 1 to 3 primaries).
     Gate(crate::gate_load::GateArgs),
-    /// Records a figure measured by another tool (JSON for `markdown`).
-    External(ExternalArgs),
-    /// Records this machine and the run's versions and notes (JSON for `markdown`).
-    Machine(MachineArgs),
-    /// Prints the median main figure of a measurement in a directory of reports.
-    Figure(FigureArgs),
-    /// Writes BENCHMARKS.md from a directory of reports.
+    /// Writes BENCHMARKS.md from a directory of reports (a run's docs/bench/).
     Markdown(MarkdownArgs),
+    /// The whole benchmark run (scripts/bench.sh): a system of the four release binaries
+    /// under scratch names, every scenario and baseline beside it, then docs/bench/ and
+    /// docs/BENCHMARKS.md.
+    Suite(crate::suite::SuiteArgs),
     /// What a shop's history costs at rest: per count of ended sales (100 and 10,000 by
     /// default), a fresh system of the four release binaries under names of its own, that many
     /// ended sales and a few live ones; each service's CPU over a minute of nothing happening.
@@ -483,81 +476,6 @@ pub struct AmqpArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct AmqpCleanupArgs {
-    #[arg(long, env = "SECKILL_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
-    pub amqp_url: String,
-    /// The services' `amqp.prefix` (SECKILL__AMQP__PREFIX), e.g. `seckill-bench.`.
-    #[arg(long)]
-    pub prefix: String,
-    /// The order-service's `order.ttl_secs`: it names the delay queue (repeatable).
-    #[arg(long = "order-ttl-secs", default_values_t = [1_800])]
-    pub order_ttl_secs: Vec<u64>,
-    /// The services' `amqp.retry_delay_ms`: it names the retry queues (repeatable).
-    #[arg(long = "retry-delay-ms", default_values_t = [1_000])]
-    pub retry_delay_ms: Vec<u64>,
-    /// Another queue to delete; it must start with the prefix too (repeatable).
-    #[arg(long = "queue")]
-    pub queues: Vec<String>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ExternalArgs {
-    #[arg(long)]
-    pub name: String,
-    /// The figure (omit with --skipped).
-    #[arg(long)]
-    pub value: Option<f64>,
-    #[arg(long, default_value = "ops/s")]
-    pub unit: String,
-    #[arg(long)]
-    pub p50_ms: Option<f64>,
-    #[arg(long)]
-    pub p99_ms: Option<f64>,
-    /// What was measured, in words.
-    #[arg(long, default_value = "")]
-    pub detail: String,
-    /// The command that measured it.
-    #[arg(long, default_value = "")]
-    pub command: String,
-    /// Why it was not measured.
-    #[arg(long)]
-    pub skipped: Option<String>,
-    #[arg(long)]
-    pub out: PathBuf,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct MachineArgs {
-    #[arg(long)]
-    pub out: PathBuf,
-    /// The run used BENCH_QUICK sizes.
-    #[arg(long)]
-    pub quick: bool,
-    /// Runs of each repeated measurement.
-    #[arg(long, default_value_t = 1)]
-    pub repeat: u32,
-    #[arg(long, default_value = "")]
-    pub started_at: String,
-    /// `name=version` (repeatable).
-    #[arg(long = "version-of")]
-    pub versions: Vec<String>,
-    /// A note on the run (repeatable).
-    #[arg(long = "note")]
-    pub notes: Vec<String>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct FigureArgs {
-    #[arg(long, default_value = "docs/bench")]
-    pub dir: PathBuf,
-    pub name: String,
-    /// `primary` (the figure repeated runs are compared by) or `accepted` (a scenario's
-    /// accepted orders per second).
-    #[arg(long, default_value = "primary")]
-    pub metric: String,
-}
-
-#[derive(Debug, Clone, Args)]
 pub struct MarkdownArgs {
     #[arg(long, default_value = "docs/bench")]
     pub dir: PathBuf,
@@ -645,23 +563,6 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             emit(&report, &a.out)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::AmqpCleanup(a) => {
-            let names =
-                cleanup::ScratchNames::new(&a.prefix, &a.order_ttl_secs, &a.retry_delay_ms, &a.queues)?;
-            let done = cleanup::delete(&a.amqp_url, &names).await?;
-            println!(
-                "amqp-cleanup: {} queues under {} deleted ({} messages in them), {} exchanges",
-                done.queues, a.prefix, done.messages, done.exchanges
-            );
-            for f in &done.failed {
-                eprintln!("amqp-cleanup: not deleted: {f}");
-            }
-            Ok(if done.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-        }
-        Command::GateScript => {
-            print!("{}", seckill_common::scripts::RESERVE);
-            Ok(ExitCode::SUCCESS)
-        }
         Command::Gate(a) => {
             let report = crate::gate_load::run(&a).await?;
             eprintln!(
@@ -679,46 +580,8 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(if report.errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        Command::External(a) => {
-            let e = External {
-                kind: KIND_EXTERNAL.into(),
-                name: a.name,
-                value: a.value,
-                unit: a.unit,
-                p50_ms: a.p50_ms,
-                p99_ms: a.p99_ms,
-                detail: a.detail,
-                command: a.command,
-                started_at: crate::report::now_rfc3339(),
-                skipped: a.skipped,
-            };
-            write_json(&a.out, &e)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Machine(a) => {
-            let info = RunInfo {
-                kind: KIND_MACHINE.into(),
-                facts: machine::facts(),
-                versions: a
-                    .versions
-                    .iter()
-                    .filter_map(|v| v.split_once('='))
-                    .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                    .collect(),
-                quick: a.quick,
-                repeat: a.repeat,
-                started_at: a.started_at,
-                finished_at: crate::report::now_rfc3339(),
-                notes: a.notes,
-            };
-            write_json(&a.out, &info)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Figure(a) => {
-            println!("{:.1}", markdown::figure(&a.dir, &a.name, &a.metric)?);
-            Ok(ExitCode::SUCCESS)
-        }
         Command::Idle(a) => crate::idle::run(&a).await.map(|_| ExitCode::SUCCESS),
+        Command::Suite(a) => crate::suite::run(&a).await.map(|()| ExitCode::SUCCESS),
         Command::Push(a) => {
             let report = crate::push::run(&a).await?;
             emit(&report, &a.out)?;
@@ -784,7 +647,7 @@ fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }

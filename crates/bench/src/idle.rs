@@ -87,7 +87,7 @@ pub async fn run(args: &IdleArgs) -> anyhow::Result<Vec<IdleRun>> {
             Fleet::new(&args.bin_dir, &args.scratch.join(&prefix), args.http_port, backends.clone())?;
         let measured = measure(args, ended, &mut fleet, &backends).await;
         fleet.stop_all().await;
-        clean_up(&backends, &prefix).await;
+        crate::cleanup::remove_quietly(&backends, &[]).await;
         let run = measured?;
         print(&run);
         runs.push(run);
@@ -192,33 +192,6 @@ async fn insert_ended(db_url: &str, n: u32) -> anyhow::Result<()> {
 /// Drops the databases of a fleet under `prefix`, deletes its Redis keys and its queues; best
 /// effort, each failure said (`seckill-bench push` also calls it before its start, for what an
 /// interrupted run left).
-pub(crate) async fn clean_up(backends: &Backends, prefix: &str) {
-    match AsyncPgConnection::establish(&format!("{}/postgres", backends.pg_url)).await {
-        Ok(mut conn) => {
-            for kind in ["stock", "order"] {
-                let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", backends.database(kind));
-                if let Err(e) = conn.batch_execute(&sql).await {
-                    eprintln!("clean-up: {sql}: {e}");
-                }
-            }
-        }
-        Err(e) => eprintln!("clean-up: the run's databases were not dropped: {e}"),
-    }
-    if let Err(e) = seckill_infra::redis::delete_matching(&backends.redis_url, &format!("{prefix}:*")).await {
-        eprintln!("clean-up: the run's Redis keys were not deleted: {e}");
-    }
-    // The fleet names its queues under `<prefix>.`.
-    let deleted = crate::cleanup::ScratchNames::new(&format!("{prefix}."), &[1_800], &[500, 1_000], &[]);
-    match deleted {
-        Ok(names) => {
-            if let Err(e) = crate::cleanup::delete(&backends.amqp_url, &names).await {
-                eprintln!("clean-up: the run's queues were not deleted: {e:#}");
-            }
-        }
-        Err(e) => eprintln!("clean-up: {e:#}"),
-    }
-}
-
 fn print(run: &IdleRun) {
     println!(
         "{} ended + {} live sales, {:.0} s at rest: {}; reconciler watches {}; / is {} bytes, GET /api/goods {} bytes",

@@ -5,8 +5,8 @@
 //! once while a spike runs; `room`, a sale behind a waiting room; `push`, buyers' event
 //! streams: memory per stream, commit to event, requests per buyer), checks the sale's
 //! invariants from outside, and measures this machine's limits in the same run (`http`, `upstream`, `amqp-publish`), so
-//! scripts/bench.sh can publish figures as ratios to baselines; `amqp-cleanup` deletes a run's
-//! scratch queues; `sync` measures the synchronous design (one transaction per buy) on the
+//! `suite` runs them all, as scripts/bench.sh does, and publishes the figures as ratios to
+//! the baselines (docs/BENCHMARKS.md); `sync` measures the synchronous design (one transaction per buy) on the
 //! same PostgreSQL, for comparison. The fault suite is crates/faults; what the two share (the
 //! client, the fleet of binaries, the invariants) is crates/harness. The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
@@ -32,4 +32,5 @@ pub mod room;
 pub mod scenario;
 pub mod stats;
 pub mod storm;
+pub mod suite;
 pub mod sync;

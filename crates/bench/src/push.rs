@@ -502,11 +502,11 @@ pub async fn run(a: &PushArgs) -> anyhow::Result<Report> {
         amqp_url: a.amqp_url.clone(),
         prefix: Some(p.clone()),
     };
-    crate::idle::clean_up(&backends, p).await;
+    crate::cleanup::remove_quietly(&backends, &[]).await;
     let mut fleet = Fleet::new(&a.bin_dir, &a.scratch, a.http_port, backends.clone())?;
     let measured = measure(a, streams, &mut fleet, &backends).await;
     fleet.stop_all().await;
-    crate::idle::clean_up(&backends, p).await;
+    crate::cleanup::remove_quietly(&backends, &[]).await;
     measured
 }
 

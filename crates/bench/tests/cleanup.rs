@@ -1,4 +1,4 @@
-//! `amqp-cleanup` against the real RabbitMQ (SECKILL_TEST_AMQP_URL, default loopback): the
+//! The scratch queues' clean-up against the real RabbitMQ (SECKILL_TEST_AMQP_URL, default loopback): the
 //! queues and the exchange the services declare under a prefix go, with their messages, and a
 //! queue under another prefix stays.
 

@@ -11,8 +11,9 @@ use anyhow::bail;
 use seckill_harness::fleet::{Svc, Unit};
 
 use crate::room::Plan;
+use crate::servers::Action;
 
-/// A private server, as `scripts/faults.sh server KIND ACTION` names it.
+/// One of the suite's private servers ([`crate::servers`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Server {
     Postgres,
@@ -29,13 +30,13 @@ impl Server {
         }
     }
 
-    /// The `scripts/faults.sh server` actions that take it down and bring it back as a service
-    /// sees it (connections refused, then accepted). RabbitMQ's application is stopped, not
-    /// its node: the same refusal, back in seconds rather than a node's minute.
-    pub fn down_and_up(self) -> (&'static str, &'static str) {
+    /// The actions that take it down and bring it back as a service sees it (connections
+    /// refused, then accepted). RabbitMQ's application is stopped, not its node: the same
+    /// refusal, back in seconds rather than a node's minute.
+    pub fn down_and_up(self) -> (Action, Action) {
         match self {
-            Self::Postgres | Self::Redis => ("stop", "start"),
-            Self::RabbitMq => ("stop-app", "start-app"),
+            Self::Postgres | Self::Redis => (Action::Stop, Action::Start),
+            Self::RabbitMq => (Action::StopApp, Action::StartApp),
         }
     }
 
@@ -84,8 +85,8 @@ pub enum Step {
     Pause(Unit),
     /// SIGCONT.
     Resume(Unit),
-    /// `scripts/faults.sh server KIND ACTION` on a private server.
-    Ctl(Server, &'static str),
+    /// An action on a private server.
+    Ctl(Server, Action),
 }
 
 /// A check a case adds to the suite's usual ones (see `replicas`).
@@ -308,7 +309,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             Term(order),
             Wait(Duration::from_secs(2)),
             Fault,
-            Ctl(Server::RabbitMq, "restart"),
+            Ctl(Server::RabbitMq, Action::Restart),
             Start(order),
             Back,
         ],
@@ -331,10 +332,10 @@ pub fn all(t: Timing) -> Vec<Case> {
             Pause(order),
             Wait(Duration::from_secs(3)),
             Fault,
-            Ctl(Server::Postgres, "stop"),
+            Ctl(Server::Postgres, Action::Stop),
             Resume(order),
             Wait(Duration::from_secs(2)),
-            Ctl(Server::Postgres, "start"),
+            Ctl(Server::Postgres, Action::Start),
             Back,
         ],
         arrive_over: t.arrive_over,
@@ -355,7 +356,7 @@ pub fn all(t: Timing) -> Vec<Case> {
             Term(order),
             Wait(Duration::from_secs(3)),
             Fault,
-            Ctl(Server::Redis, "flush-kill"),
+            Ctl(Server::Redis, Action::FlushKill),
             Start(order),
             Back,
         ],
@@ -369,7 +370,7 @@ pub fn all(t: Timing) -> Vec<Case> {
     cases.push(Case {
         name: "redis-restart".into(),
         fault: "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)".into(),
-        steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, "restart"), Back],
+        steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, Action::Restart), Back],
         arrive_over: t.arrive_over,
         buckets: 1,
         replicas: 1,
@@ -494,7 +495,7 @@ pub fn all(t: Timing) -> Vec<Case> {
         name: "room-redis-flush".into(),
         ..room(
             "Redis FLUSHALL + CLIENT KILL TYPE normal".into(),
-            vec![Wait(t.room_fault_at), Fault, Ctl(Server::Redis, "flush-kill"), Back],
+            vec![Wait(t.room_fault_at), Fault, Ctl(Server::Redis, Action::FlushKill), Back],
         )
     });
     // Last: the fleet grows to two replicas once, at the end of a run.
@@ -601,12 +602,12 @@ mod tests {
                 let c = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
                 let at = |want: fn(&Step) -> bool| c.steps.iter().position(want).unwrap();
                 let (stop, kill, start) = (
-                    at(|s| matches!(s, Step::Ctl(_, "stop" | "stop-app"))),
+                    at(|s| matches!(s, Step::Ctl(_, Action::Stop | Action::StopApp))),
                     at(|s| matches!(s, Step::Kill9(_))),
                     at(|s| matches!(s, Step::StartWaiting(_))),
                 );
                 let (up, back) = (
-                    at(|s| matches!(s, Step::Ctl(_, "start" | "start-app"))),
+                    at(|s| matches!(s, Step::Ctl(_, Action::Start | Action::StartApp))),
                     at(|s| *s == Step::ServerBack),
                 );
                 assert!(stop < kill && kill < start && start < up && up < back, "{name}: {:?}", c.steps);

@@ -84,19 +84,24 @@ pub fn summary_text(results: &[CaseResult]) -> String {
 }
 
 /// The whole document.
-pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ended: DateTime<Utc>) -> String {
+pub fn render(
+    results: &[CaseResult],
+    cfg: &Config,
+    commit: &str,
+    started: DateTime<Utc>,
+    ended: DateTime<Utc>,
+) -> String {
     let mut out = String::from("# Reliability under faults\n\n");
     let passed = results.iter().filter(|r| r.passed()).count();
     let _ = writeln!(
         out,
         "Written by `scripts/faults.sh` (the driver is `seckill-faults`, crates/faults) from commit \
          `{}`, run on {} UTC in {:.0} minutes; do not edit by hand, run it again. **{passed} of {} cases passed.**\n",
-        cfg.commit,
+        commit,
         started.format("%Y-%m-%d %H:%M"),
         (ended - started).num_seconds() as f64 / 60.0,
         results.len()
     );
-    let port = |url: &str| super::port_of(url).map_or("?".into(), |p| p.to_string());
     let _ = writeln!(
         out,
         "The suite kills, stops and restarts each part of the system in the middle of a sale and checks from \
@@ -107,9 +112,9 @@ pub fn render(results: &[CaseResult], cfg: &Config, started: DateTime<Utc>, ende
          (the gateway's admin listener on {}; in a case with replicas, replica k of each on its port + {PORT_STEP}k, \
          every caller given the list of all its callee's replicas), because it restarts those servers, flushes \
          Redis and kills connections.\n",
-        port(&cfg.pg_url),
-        port(&cfg.redis_url),
-        port(&cfg.amqp_url),
+        cfg.pg_port,
+        cfg.redis_port,
+        cfg.amqp_port,
         // scripts/faults.sh builds release ones; FAULTS_BIN_DIR may name a debug build (cargo's
         // `debug` directory, or a copy of it under a directory of that name).
         if cfg.bin_dir.components().any(|c| c.as_os_str() == "debug") { "debug" } else { "release" },
@@ -374,7 +379,7 @@ mod tests {
         let cfg = crate::tests::config();
         let results = [case("kill9-order", true), case("redis-flush-kill", false)];
         let at = Utc::now();
-        let doc = render(&results, &cfg, at, at + chrono::Duration::minutes(8));
+        let doc = render(&results, &cfg, "x", at, at + chrono::Duration::minutes(8));
         assert!(doc.contains("**1 of 2 cases passed.**"), "{doc}");
         assert!(doc.contains("from commit `x`"));
         assert!(doc.contains("port 25432") && doc.contains("ports 28080-28083"));

@@ -1,5 +1,5 @@
-//! `seckill-faults`: the fault suite's driver (scripts/faults.sh runs it against
-//! private servers it starts). It proves from outside that the system loses nothing when a part
+//! `seckill-faults`: the fault suite's driver (scripts/faults.sh builds and runs it), against
+//! private servers it starts itself. It proves from outside that the system loses nothing when a part
 //! of it dies.
 //!
 //! The driver starts the four release binaries itself, as many replicas of each as the case
@@ -7,7 +7,7 @@
 //! a fresh sale created by an admin through the gateway; buyers arriving evenly for several
 //! seconds, each a real client that retries what real clients retry ([`buyers`]); the case's
 //! fault injected mid-sale while they keep arriving, and the service or server brought back
-//! (servers through `scripts/faults.sh server ...`, [`servers`]); every accepted buyer's result
+//! (the suite's private servers, [`servers`]); every accepted buyer's result
 //! awaited; late buyers while units are left (a unit given back must be sold); then figures and
 //! checks from the gateway's answers and SQL on the private PostgreSQL ([`verdict`]), and those
 //! only a replicated case can make ([`replicas`]). A case on a sale with a waiting room
@@ -27,7 +27,7 @@ pub mod transfers;
 pub mod verdict;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,36 +94,34 @@ pub struct Config {
     /// The services' working directory, logs (services/*.log) and pid files.
     #[arg(long, default_value = "run/faults")]
     pub scratch: PathBuf,
-    /// The script that controls the private servers (`<script> server KIND ACTION`).
-    #[arg(long, default_value = "scripts/faults.sh")]
-    pub server_ctl: PathBuf,
-    /// The private PostgreSQL, without a database name (standard ports are refused).
-    #[arg(long, default_value = "postgres://postgres:postgres@127.0.0.1:25432", value_parser = no_trailing_slash)]
-    pub pg_url: String,
-    #[arg(long, default_value = "redis://127.0.0.1:26379")]
-    pub redis_url: String,
-    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:26672/%2f")]
-    pub amqp_url: String,
+    /// The private PostgreSQL's port (the system's standard ports are refused).
+    #[arg(long, env = "FAULTS_PG_PORT", default_value_t = 25432)]
+    pub pg_port: u16,
+    /// The private Redis's port.
+    #[arg(long, env = "FAULTS_REDIS_PORT", default_value_t = 26379)]
+    pub redis_port: u16,
+    /// The private RabbitMQ node's AMQP port.
+    #[arg(long, env = "FAULTS_AMQP_PORT", default_value_t = 26672)]
+    pub amqp_port: u16,
+    /// Its distribution port; rabbitmqctl uses the ten after it.
+    #[arg(long, env = "FAULTS_RABBITMQ_DIST_PORT", default_value_t = 26682)]
+    pub rabbit_dist_port: u16,
     /// The gateway's port; seckill-, order- and stock-service take the next three, the
-    /// gateway's admin listener the one after; replica k of each takes its port + 10k.
-    #[arg(long, default_value_t = 28080)]
+    /// gateway's admin listener the one after; replica k of each takes its port + 10k. Every
+    /// default is below 32768, outside Linux's range for outgoing connections' local ports, so
+    /// a service restarted mid-case never finds its port taken by a buyer's connection.
+    #[arg(long, env = "FAULTS_HTTP_PORT", default_value_t = 28080)]
     pub http_port: u16,
-    /// The psql program reading the databases for the checks.
-    #[arg(long, default_value = "psql")]
-    pub psql: String,
+    /// Stop what an interrupted run left (its services and servers), keep its logs in
+    /// run/faults-logs/, remove the scratch directory, and exit (scripts/down.sh runs it).
+    #[arg(long)]
+    pub clean: bool,
     /// Units per sale (default 400, quick 150); three times as many buyers.
     #[arg(long)]
     pub units: Option<i64>,
-    /// Write the report (docs/RELIABILITY.md) here.
+    /// Write the report here (default: docs/RELIABILITY.md when every case runs, not --quick).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The commit the run tested, for the report.
-    #[arg(long, default_value = "unknown")]
-    pub commit: String,
-}
-
-fn no_trailing_slash(url: &str) -> Result<String, String> {
-    Ok(url.trim_end_matches('/').to_owned())
 }
 
 impl Config {
@@ -133,10 +131,10 @@ impl Config {
 
     /// Refuses a server or service on a standard port.
     fn check_ports(&self) -> anyhow::Result<()> {
-        for url in [&self.pg_url, &self.redis_url, &self.amqp_url] {
-            if port_of(url).is_none_or(|p| STANDARD_PORTS.contains(&p)) {
+        for port in [self.pg_port, self.redis_port, self.amqp_port, self.rabbit_dist_port] {
+            if STANDARD_PORTS.contains(&port) {
                 bail!(
-                    "{url}: the fault suite restarts and flushes its servers; give it private ones on other ports (scripts/faults.sh does)"
+                    "port {port}: the fault suite restarts and flushes its servers; give it private ones on other ports"
                 );
             }
         }
@@ -146,14 +144,22 @@ impl Config {
         }
         Ok(())
     }
-}
 
-/// The explicit port of a `scheme://[user[:password]@]host:port[/path]` URL.
-pub fn port_of(url: &str) -> Option<u16> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    host_port.rsplit_once(':')?.1.parse().ok()
+    fn ports(&self) -> servers::Ports {
+        servers::Ports {
+            pg: self.pg_port,
+            redis: self.redis_port,
+            amqp: self.amqp_port,
+            rabbit_dist: self.rabbit_dist_port,
+        }
+    }
+
+    /// Where the report goes: `--out`, else docs/RELIABILITY.md for a whole run.
+    pub fn report_path(&self) -> Option<PathBuf> {
+        self.out
+            .clone()
+            .or_else(|| (!self.quick && self.cases.is_empty()).then(|| "docs/RELIABILITY.md".into()))
+    }
 }
 
 /// What the driver did during a case.
@@ -207,24 +213,105 @@ impl CaseResult {
     }
 }
 
-/// Runs the selected cases and returns their results (written to `cfg.out` if set).
+/// Where an interrupted run's logs are kept.
+const LOGS: &str = "run/faults-logs";
+
+/// Stops what an interrupted run left in the scratch directory (its services by their pid
+/// files, its servers), keeps its logs, and removes the directory.
+pub async fn clean(cfg: &Config) -> anyhow::Result<()> {
+    if !cfg.scratch.exists() {
+        return Ok(());
+    }
+    // The driver first (`seckill-faults.pid`), then its services.
+    for killed in fleet::stop_leftovers(&cfg.scratch)
+        .into_iter()
+        .chain(fleet::stop_leftovers(&cfg.scratch.join("services")))
+    {
+        println!("faults: an interrupted run left {killed}: killed");
+    }
+    let servers = Servers::new(&cfg.scratch, cfg.ports())?;
+    servers.stop_all().await;
+    if cfg.scratch.join("services").exists() {
+        keep_logs(cfg, &servers)?;
+    }
+    std::fs::remove_dir_all(&cfg.scratch).with_context(|| format!("removing {}", cfg.scratch.display()))
+}
+
+/// The services' and the servers' logs, copied to [`LOGS`] (the scratch directory goes).
+fn keep_logs(cfg: &Config, servers: &Servers) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(LOGS);
+    std::fs::create_dir_all(LOGS)?;
+    let services =
+        std::fs::read_dir(cfg.scratch.join("services")).into_iter().flatten().flatten().map(|e| e.path());
+    for log in
+        services.chain(servers.logs()).filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "log"))
+    {
+        if let Some(name) = log.file_name() {
+            std::fs::copy(&log, Path::new(LOGS).join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The commit under test, with a mark when the working tree differs (the report this suite
+/// writes is not a change to the code it tested).
+fn commit() -> String {
+    let git = |args: &[&str]| std::process::Command::new("git").args(args).output().ok();
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success()) else {
+        return "unknown".into();
+    };
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let clean = git(&["diff", "--quiet", "HEAD", "--", ".", ":(exclude)docs/RELIABILITY.md"])
+        .is_some_and(|o| o.status.success());
+    if clean { head } else { format!("{head} (with local changes)") }
+}
+
+/// Starts the private servers, runs the selected cases, stops everything (keeping the logs in
+/// run/faults-logs/) and returns the cases' results (written to [`Config::report_path`]).
 pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     cfg.check_ports()?;
     let timing = Timing::new(cfg.quick);
     let cases = cases::select(timing, cfg.quick, &cfg.cases)?;
-    let started_at = Utc::now();
+    let driver_pid = cfg.scratch.join("seckill-faults.pid");
+    let running = std::fs::read_to_string(&driver_pid).ok().and_then(|p| p.trim().parse::<u32>().ok());
+    if let Some(pid) = running.filter(|pid| {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("seckill-faults"))
+    }) {
+        bail!("a fault run is in progress (pid {pid}); `seckill-faults --clean` (scripts/down.sh) stops it");
+    }
+    println!("faults: removing what an interrupted run may have left ({})", cfg.scratch.display());
+    clean(cfg).await?;
+    std::fs::create_dir_all(&cfg.scratch)?;
+    std::fs::write(&driver_pid, format!("{}\n", std::process::id()))?;
+    let servers = Servers::new(&cfg.scratch, cfg.ports())?;
+    for (port, what) in [
+        (cfg.pg_port, "FAULTS_PG_PORT"),
+        (cfg.redis_port, "FAULTS_REDIS_PORT"),
+        (cfg.amqp_port, "FAULTS_AMQP_PORT"),
+        (cfg.rabbit_dist_port, "FAULTS_RABBITMQ_DIST_PORT"),
+    ]
+    .into_iter()
+    .chain(
+        (0..MAX_REPLICAS)
+            .flat_map(|k| (0..5).map(move |i| (replica_port(cfg.http_port + i, k), "FAULTS_HTTP_PORT"))),
+    ) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            bail!("port {port} ({what}) is in use; free it or choose another");
+        }
+    }
+    let (started_at, commit) = (Utc::now(), commit());
     let mut fleet = Fleet::new(
         &cfg.bin_dir,
         &cfg.scratch,
         cfg.http_port,
         Backends {
-            pg_url: cfg.pg_url.clone(),
-            redis_url: cfg.redis_url.clone(),
-            amqp_url: cfg.amqp_url.clone(),
+            pg_url: servers.pg_url(),
+            redis_url: servers.redis_url(),
+            amqp_url: servers.amqp_url(),
             prefix: None,
         },
-    )?;
-    let servers = Servers { ctl: cfg.server_ctl.clone(), psql: cfg.psql.clone(), pg_url: cfg.pg_url.clone() };
+    )?
+    .with_tuned_settings();
     println!(
         "faults: {} case(s), {} units each, {} buyers per case; services on ports {}-{} (replica k: +{}k), logs in {}",
         cases.len(),
@@ -237,6 +324,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     );
     let mut results = Vec::new();
     let outcome = async {
+        servers.start_all().await?;
         for what in fleet.ensure_all(cases.first().map_or(1, |c| c.replicas)).await? {
             println!("faults: {what}");
         }
@@ -246,18 +334,25 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
             results.push(r);
         }
         anyhow::Ok(())
-    }
-    .await;
+    };
+    let outcome = tokio::select! {
+        r = outcome => r,
+        () = seckill_common::shutdown_signal() => Err(anyhow::anyhow!("interrupted")),
+    };
     fleet.stop_all().await;
+    servers.stop_all().await;
+    keep_logs(cfg, &servers)?;
+    std::fs::remove_dir_all(&cfg.scratch)?;
+    println!("faults: servers stopped, {} removed; the logs are in {LOGS}/", cfg.scratch.display());
     outcome?;
 
     println!("\n{}", doc::summary_text(&results));
-    if let Some(out) = &cfg.out {
-        let text = doc::render(&results, cfg, started_at, Utc::now());
+    if let Some(out) = cfg.report_path() {
+        let text = doc::render(&results, cfg, &commit, started_at, Utc::now());
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+        std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
         println!("faults: wrote {}", out.display());
     }
     Ok(results)
@@ -515,7 +610,7 @@ async fn run_steps(
             Step::Pause(u) => fleet.signal(*u, Signal::STOP).map(|()| format!("SIGSTOP {u}")),
             Step::Resume(u) => fleet.signal(*u, Signal::CONT).map(|()| format!("SIGCONT {u}")),
             Step::Ctl(server, action) => servers
-                .control(*server, action)
+                .control(*server, *action)
                 .await
                 .map(|took| format!("{} {action} (took {:.1} s)", server.kind(), took.as_secs_f64())),
         };
@@ -752,35 +847,27 @@ pub(crate) mod tests {
         Config {
             bin_dir: "b".into(),
             scratch: "s".into(),
-            server_ctl: "c".into(),
-            pg_url: "postgres://postgres:postgres@127.0.0.1:25432".into(),
-            redis_url: "redis://127.0.0.1:26379".into(),
-            amqp_url: "amqp://guest:guest@127.0.0.1:26672/%2f".into(),
+            pg_port: 25432,
+            redis_port: 26379,
+            amqp_port: 26672,
+            rabbit_dist_port: 26682,
             http_port: 28080,
-            psql: "psql".into(),
+            clean: false,
             quick: false,
             list: false,
             cases: Vec::new(),
             units: None,
             out: None,
-            commit: "x".into(),
         }
-    }
-
-    #[test]
-    fn ports_are_read_from_urls() {
-        assert_eq!(port_of("postgres://u:p@127.0.0.1:25432"), Some(25432));
-        assert_eq!(port_of("amqp://guest:guest@127.0.0.1:5672/%2f"), Some(5672));
-        assert_eq!(port_of("redis://127.0.0.1"), None);
     }
 
     #[test]
     fn the_systems_own_ports_are_refused() {
         config().check_ports().unwrap();
         for bad in [
-            Config { pg_url: "postgres://postgres:postgres@127.0.0.1:5432".into(), ..config() },
-            Config { redis_url: "redis://127.0.0.1".into(), ..config() },
-            Config { amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(), ..config() },
+            Config { pg_port: 5432, ..config() },
+            Config { redis_port: 6379, ..config() },
+            Config { amqp_port: 5672, ..config() },
             Config { http_port: 8078, ..config() },
             // Replica 1 of the gateway would take 8080.
             Config { http_port: 8070, ..config() },

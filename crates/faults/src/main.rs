@@ -1,5 +1,5 @@
-//! `seckill-faults`: the fault suite (scripts/faults.sh runs it against private servers it
-//! starts). Exits 0 when every case passed, 3 when a case broke an invariant, 1 on an error.
+//! `seckill-faults`: the fault suite (scripts/faults.sh builds it and runs it; it starts private
+//! servers of its own). Exits 0 when every case passed, 3 when a case broke an invariant, 1 on an error.
 
 use std::process::ExitCode;
 
@@ -27,6 +27,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if cfg.clean {
+        return match rt.block_on(seckill_faults::clean(&cfg)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("seckill-faults: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match rt.block_on(seckill_faults::run(&cfg)) {
         Ok(results) if results.iter().all(CaseResult::passed) => ExitCode::SUCCESS,
         Ok(_) => {

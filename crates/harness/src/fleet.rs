@@ -9,7 +9,7 @@
 //! (the stem is the binary's name for replica 0, `<name>-<k>` for replica k, as scripts/up.sh
 //! names its files). Replica k listens on its service's port + [`PORT_STEP`]`*k`, as with
 //! scripts/up.sh, and every caller's `upstreams.*` lists every replica of the callee.
-//! Signals other than SIGKILL go through the `kill` command: no libc binding needed.
+//! Signals go through [`crate::signal`] (`kill(2)` by rustix's safe wrapper).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -215,6 +215,11 @@ pub struct Fleet {
     children: BTreeMap<Unit, Running>,
     /// Makes this run's link keys: random, so no key of the suite works anywhere else.
     key_seed: String,
+    /// Apply [`tuned_settings`] (the fault suite's short timings); off, the services run with
+    /// their defaults, as shipped (the benchmarks).
+    tuned: bool,
+    /// Settings of one unit's own, over the fleet's, from its next start (see [`Fleet::set`]).
+    overrides: BTreeMap<Unit, Vec<(String, String)>>,
 }
 
 impl Fleet {
@@ -238,10 +243,49 @@ impl Fleet {
             replicas: 1,
             children: BTreeMap::new(),
             key_seed: uuid::Uuid::new_v4().simple().to_string(),
+            tuned: false,
+            overrides: BTreeMap::new(),
         })
     }
 
-    /// Replicas of every service now.
+    /// Another fleet of the same system (binaries, servers, link and room keys, ports, settings)
+    /// keeping its logs and pid files in `dir`: units started through it are twins of this
+    /// fleet's (a gateway replica with settings of its own) that its pid files do not list.
+    pub fn sibling(&self, dir: &Path) -> anyhow::Result<Self> {
+        let mut twin = Self::new(&self.bin_dir, dir, self.gateway_port, self.backends.clone())?;
+        twin.key_seed.clone_from(&self.key_seed);
+        twin.tuned = self.tuned;
+        Ok(twin)
+    }
+
+    /// The directory of the fleet's pid files, `<name>.pid` each.
+    pub fn pid_dir(&self) -> PathBuf {
+        self.dir.join("services")
+    }
+
+    /// The services run with [`tuned_settings`]: short timings, so a recovery shows within a
+    /// fault case.
+    pub fn with_tuned_settings(mut self) -> Self {
+        self.tuned = true;
+        self
+    }
+
+    /// Sets `var` (`SECKILL__SECTION__KEY`) to `value` for `unit` alone, over what the fleet
+    /// gives it, from its next start: a service restarted with another setting, or a replica
+    /// started as a differently configured twin (the benchmarks' hop gateway).
+    pub fn set(&mut self, unit: Unit, var: &str, value: impl Into<String>) {
+        let list = self.overrides.entry(unit).or_default();
+        list.retain(|(k, _)| k != var);
+        list.push((var.to_owned(), value.into()));
+    }
+
+    /// SIGTERM, the graceful exit awaited, then a start with its settings of now; returns how
+    /// long the start took.
+    pub async fn restart(&mut self, unit: Unit) -> anyhow::Result<Duration> {
+        self.term(unit).await?;
+        self.start(unit).await
+    }
+
     /// The Redis the services use.
     pub fn redis_url(&self) -> &str {
         &self.backends.redis_url
@@ -274,7 +318,7 @@ impl Fleet {
     }
 
     fn pid_path(&self, unit: Unit) -> PathBuf {
-        self.dir.join("services").join(format!("{}.pid", unit.stem()))
+        self.pid_dir().join(format!("{}.pid", unit.stem()))
     }
 
     /// The process's own settings, as environment variables.
@@ -358,9 +402,15 @@ impl Fleet {
                 format!("faults-{}-room-key-of-the-fleet", self.key_seed),
             ));
         }
-        env.extend(
-            tuned_settings().into_iter().filter(|t| t.0 == svc).map(|t| (t.1.to_owned(), t.2.to_owned())),
-        );
+        if self.tuned {
+            env.extend(
+                tuned_settings().into_iter().filter(|t| t.0 == svc).map(|t| (t.1.to_owned(), t.2.to_owned())),
+            );
+        }
+        for (var, value) in self.overrides.get(&unit).into_iter().flatten() {
+            env.retain(|(k, _)| k != var);
+            env.push((var.clone(), value.clone()));
+        }
         env
     }
 
@@ -608,6 +658,36 @@ impl Fleet {
     }
 }
 
+/// Kills (SIGCONT, then SIGKILL) what an interrupted run left of the processes whose pid files
+/// are in `dir` (`<name>.pid`, `<name>-<k>.pid`), each only if it still runs the binary its
+/// file names (a pid may have been reused), and removes the files; returns what it killed.
+pub fn stop_leftovers(dir: &Path) -> Vec<String> {
+    let mut killed = Vec::new();
+    for path in std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()) {
+        let Some(stem) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|_| path.extension().is_some_and(|e| e == "pid"))
+        else {
+            continue;
+        };
+        let binary =
+            stem.rsplit_once('-').filter(|(_, k)| k.parse::<usize>().is_ok()).map_or(stem, |(name, _)| name);
+        let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            if exe.as_deref().and_then(Path::file_name).is_some_and(|n| n == binary) {
+                let _ = signal::send(pid, Signal::CONT);
+                if signal::send(pid, Signal::KILL).is_ok() {
+                    killed.push(format!("{stem} (pid {pid})"));
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
+}
+
 /// The last `n` lines of a file (for an error message).
 pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -633,6 +713,8 @@ mod tests {
             replicas: 1,
             children: BTreeMap::new(),
             key_seed: "test".into(),
+            tuned: true,
+            overrides: BTreeMap::new(),
         }
     }
 
@@ -687,6 +769,45 @@ mod tests {
                 assert!(env.contains(&want), "{} lacks {want:?}", svc.name());
             }
         }
+    }
+
+    #[test]
+    fn a_units_own_settings_win_and_the_tuned_ones_are_opt_in() {
+        let mut f = fleet();
+        let gateway = Unit::first(Svc::Gateway);
+        let twin = Unit::new(Svc::Gateway, 1);
+        f.set(twin, "SECKILL__RATE_LIMIT__SHARED", "false");
+        f.set(twin, "SECKILL__UPSTREAMS__STOCK", "http://127.0.0.1:1");
+        f.set(twin, "SECKILL__UPSTREAMS__STOCK", "http://127.0.0.1:2");
+        let env = f.env(twin);
+        let all =
+            |var: &str| env.iter().filter(|(k, _)| k == var).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert_eq!(all("SECKILL__UPSTREAMS__STOCK"), ["http://127.0.0.1:2"], "one value, the last set");
+        assert_eq!(all("SECKILL__RATE_LIMIT__SHARED"), ["false"]);
+        assert!(!f.env(gateway).iter().any(|(k, _)| k == "SECKILL__RATE_LIMIT__SHARED"), "the twin's own");
+        let tuned =
+            |f: &Fleet| f.env(gateway).iter().any(|(k, _)| k == "SECKILL__RATE_LIMIT__SHARED_TIMEOUT_MS");
+        assert!(tuned(&f));
+        f.tuned = false;
+        assert!(!tuned(&f), "the services' defaults, as shipped");
+    }
+
+    #[test]
+    fn leftovers_are_killed_only_when_they_run_the_binary_their_file_names() {
+        let dir = std::env::temp_dir().join(format!("fleet-leftovers-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = sleeper.id();
+        // A stale file whose pid now runs another binary: the process stays, the file goes.
+        std::fs::write(dir.join("gateway-1.pid"), format!("{pid}\n")).unwrap();
+        std::fs::write(dir.join("notes.txt"), "not a pid file").unwrap();
+        assert!(stop_leftovers(&dir).is_empty());
+        assert!(sleeper.try_wait().unwrap().is_none(), "not a gateway: left alone");
+        assert!(!dir.join("gateway-1.pid").exists() && dir.join("notes.txt").exists());
+        std::fs::write(dir.join("sleep.pid"), format!("{pid}\n")).unwrap();
+        assert_eq!(stop_leftovers(&dir), [format!("sleep (pid {pid})")]);
+        assert!(!sleeper.wait().unwrap().success());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

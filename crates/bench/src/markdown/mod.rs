@@ -28,7 +28,7 @@ pub use seckill_harness::n0;
 pub const KIND_EXTERNAL: &str = "external";
 pub const KIND_MACHINE: &str = "machine";
 
-/// The names bench.sh gives its measurements; the targets are computed from these.
+/// The names the suite gives its measurements; the targets are computed from these.
 pub mod names {
     pub const HEALTHZ: &str = "gateway-healthz";
     pub const UPSTREAM: &str = "upstream-direct";
@@ -271,18 +271,28 @@ pub fn write(dir: &Path, out: &Path) -> anyhow::Result<()> {
     std::fs::write(out, render(&c)?).with_context(|| format!("writing {}", out.display()))
 }
 
-/// The median main figure of a measurement, for bench.sh (e.g. to set an open-loop rate).
-pub fn figure(dir: &Path, name: &str, metric: &str) -> anyhow::Result<f64> {
+/// Which figure of a measurement [`figure`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// The one repeated runs are compared by.
+    Primary,
+    /// A scenario's accepted orders per second.
+    Accepted,
+}
+
+/// The median main figure of a measurement already written (the suite sets open-loop rates
+/// from them).
+pub fn figure(dir: &Path, name: &str, metric: Metric) -> anyhow::Result<f64> {
     let c = Collected::read(dir)?;
     if let Some((r, _)) = c.report(name) {
         return match metric {
-            "accepted" => r
+            Metric::Accepted => r
                 .drain
                 .as_ref()
                 .map(|d| d.accepted_per_sec)
                 .or(r.sync.as_ref().map(|s| s.accepted_per_sec))
                 .context("not a scenario"),
-            _ => Ok(r.primary()),
+            Metric::Primary => Ok(r.primary()),
         };
     }
     if let Some((e, _)) = c.external(name) {
