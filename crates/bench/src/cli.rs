@@ -82,8 +82,11 @@ pub enum Command {
     /// The gate alone: the reserve script on one hot sale, --connections (64) callers for
     /// --secs (5), on one Redis server or a cluster (--cluster), the stock in --buckets (1)
     /// buckets; calls/s, latency, each node's share and the CPU a call costs a node. One JSON
-    /// line on stdout (scripts/bench-scaling.sh runs it over clusters of 1 to 3 primaries).
+    /// line on stdout.
     Gate(crate::gate_load::GateArgs),
+    /// The gate over private Redis setups (scripts/bench-scaling.sh): one server and clusters
+    /// of 1 to 3 primaries, the stock in 1 to 8 buckets; Markdown tables on stdout.
+    Scaling(crate::scaling::ScalingArgs),
     /// Writes BENCHMARKS.md from a directory of reports (a run's docs/bench/).
     Markdown(MarkdownArgs),
     /// The whole benchmark run (scripts/bench.sh): a system of the four release binaries
@@ -581,6 +584,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(if report.errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Idle(a) => crate::idle::run(&a).await.map(|_| ExitCode::SUCCESS),
+        Command::Scaling(a) => crate::scaling::run(&a).await.map(|()| ExitCode::SUCCESS),
         Command::Suite(a) => crate::suite::run(&a).await.map(|()| ExitCode::SUCCESS),
         Command::Push(a) => {
             let report = crate::push::run(&a).await?;

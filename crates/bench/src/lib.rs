@@ -29,6 +29,7 @@ pub mod push;
 pub mod record;
 pub mod report;
 pub mod room;
+pub mod scaling;
 pub mod scenario;
 pub mod stats;
 pub mod storm;

@@ -18,6 +18,7 @@
 
 pub mod buyers;
 pub mod cases;
+mod config;
 pub mod doc;
 pub mod replicas;
 pub mod room;
@@ -27,7 +28,7 @@ pub mod transfers;
 pub mod verdict;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,7 @@ use seckill_common::api::{Goods, Order};
 
 use self::buyers::{BuyerLog, Load};
 use self::cases::{Case, Extra, MAX_REPLICAS, Step, Timing};
+pub use self::config::Config;
 use self::replicas::Consumed;
 use self::servers::Servers;
 use self::verdict::{Figures, OrderRow, Outside};
@@ -47,9 +49,6 @@ use seckill_harness::fleet::{self, Backends, Fleet, Svc, Unit, replica_port};
 use seckill_harness::invariants::{Check, FinalState};
 use seckill_harness::signal::Signal;
 
-/// Ports of the system's own servers and services: the suite restarts, flushes and kills what
-/// it is pointed at, so it refuses these.
-const STANDARD_PORTS: [u16; 7] = [5432, 6379, 5672, 8080, 8081, 8082, 8083];
 /// Connections used for the end-of-case reads, and how long those reads may take in all (an
 /// endpoint that keeps failing must not hold the suite for one timeout per buyer).
 const READERS: usize = 16;
@@ -69,98 +68,6 @@ const REQUEUED_FOR: Duration = Duration::from_secs(30);
 /// Late buyers at most, and how long they may keep arriving.
 const MAX_LATE: usize = 200;
 const LATE_FOR: Duration = Duration::from_secs(20);
-
-/// Everything a run needs: the command line of `seckill-faults`.
-#[derive(Debug, Clone, clap::Parser)]
-#[command(
-    name = "seckill-faults",
-    about = "The fault suite (scripts/faults.sh runs it against private servers): starts the four release \
-             binaries, and per case a fresh sale, buyers arriving, one fault mid-sale (kill -9, SIGTERM, a \
-             server restarted or flushed), then checks that nothing was lost. Exits 3 when a case broke an \
-             invariant."
-)]
-pub struct Config {
-    /// Cases to run (default: all of them; with --quick: the CI subset, `--list --quick`).
-    pub cases: Vec<String>,
-    /// Small sales and short outages; without case names, the CI subset.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the cases (those named, checking the names; with --quick alone, the subset) and exit.
-    #[arg(long)]
-    pub list: bool,
-    /// Where gateway, seckill-service, order-service and stock-service are.
-    #[arg(long, default_value = "target/release")]
-    pub bin_dir: PathBuf,
-    /// The services' working directory, logs (services/*.log) and pid files.
-    #[arg(long, default_value = "run/faults")]
-    pub scratch: PathBuf,
-    /// The private PostgreSQL's port (the system's standard ports are refused).
-    #[arg(long, env = "FAULTS_PG_PORT", default_value_t = 25432)]
-    pub pg_port: u16,
-    /// The private Redis's port.
-    #[arg(long, env = "FAULTS_REDIS_PORT", default_value_t = 26379)]
-    pub redis_port: u16,
-    /// The private RabbitMQ node's AMQP port.
-    #[arg(long, env = "FAULTS_AMQP_PORT", default_value_t = 26672)]
-    pub amqp_port: u16,
-    /// Its distribution port; rabbitmqctl uses the ten after it.
-    #[arg(long, env = "FAULTS_RABBITMQ_DIST_PORT", default_value_t = 26682)]
-    pub rabbit_dist_port: u16,
-    /// The gateway's port; seckill-, order- and stock-service take the next three, the
-    /// gateway's admin listener the one after; replica k of each takes its port + 10k. Every
-    /// default is below 32768, outside Linux's range for outgoing connections' local ports, so
-    /// a service restarted mid-case never finds its port taken by a buyer's connection.
-    #[arg(long, env = "FAULTS_HTTP_PORT", default_value_t = 28080)]
-    pub http_port: u16,
-    /// Stop what an interrupted run left (its services and servers), keep its logs in
-    /// run/faults-logs/, remove the scratch directory, and exit (scripts/down.sh runs it).
-    #[arg(long)]
-    pub clean: bool,
-    /// Units per sale (default 400, quick 150); three times as many buyers.
-    #[arg(long)]
-    pub units: Option<i64>,
-    /// Write the report here (default: docs/RELIABILITY.md when every case runs, not --quick).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-}
-
-impl Config {
-    pub fn units(&self) -> i64 {
-        self.units.unwrap_or(if self.quick { 150 } else { 400 })
-    }
-
-    /// Refuses a server or service on a standard port.
-    fn check_ports(&self) -> anyhow::Result<()> {
-        for port in [self.pg_port, self.redis_port, self.amqp_port, self.rabbit_dist_port] {
-            if STANDARD_PORTS.contains(&port) {
-                bail!(
-                    "port {port}: the fault suite restarts and flushes its servers; give it private ones on other ports"
-                );
-            }
-        }
-        let ports = (0..MAX_REPLICAS).flat_map(|k| (0..5).map(move |i| (k, i)));
-        if ports.map(|(k, i)| replica_port(self.http_port + i, k)).any(|p| STANDARD_PORTS.contains(&p)) {
-            bail!("--http-port {}: the services would take the system's standard ports", self.http_port);
-        }
-        Ok(())
-    }
-
-    fn ports(&self) -> servers::Ports {
-        servers::Ports {
-            pg: self.pg_port,
-            redis: self.redis_port,
-            amqp: self.amqp_port,
-            rabbit_dist: self.rabbit_dist_port,
-        }
-    }
-
-    /// Where the report goes: `--out`, else docs/RELIABILITY.md for a whole run.
-    pub fn report_path(&self) -> Option<PathBuf> {
-        self.out
-            .clone()
-            .or_else(|| (!self.quick && self.cases.is_empty()).then(|| "docs/RELIABILITY.md".into()))
-    }
-}
 
 /// What the driver did during a case.
 #[derive(Debug, Clone, Default)]

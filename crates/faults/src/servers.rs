@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
+use seckill_harness::redis_server::{self, await_port, port_open};
+
 use super::cases::Server;
 
 /// What a case does to a server.
@@ -83,7 +85,7 @@ impl Servers {
     }
 
     pub fn redis_url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.ports.redis)
+        redis_server::url(self.ports.redis)
     }
 
     pub fn amqp_url(&self) -> String {
@@ -138,20 +140,13 @@ impl Servers {
                 Box::pin(self.control(server, Action::Stop)).await?;
                 Box::pin(self.control(server, Action::Start)).await?;
             }
-            (Server::Redis, Action::Start) => self.redis_start().await?,
-            (Server::Redis, Action::Stop) => {
-                let mut conn =
-                    redis::Client::open(self.redis_url())?.get_multiplexed_async_connection().await?;
-                // The server closes the connection instead of answering.
-                let _: redis::RedisResult<()> =
-                    redis::cmd("SHUTDOWN").arg("NOSAVE").query_async(&mut conn).await;
-                await_port(self.ports.redis, false, Duration::from_secs(30))
-                    .await
-                    .context("redis-server did not stop")?;
+            (Server::Redis, Action::Start) => {
+                redis_server::start(&self.dir.join("redis"), self.ports.redis, false).await?;
             }
+            (Server::Redis, Action::Stop) => redis_server::stop(self.ports.redis).await?,
             (Server::Redis, Action::Restart) => {
-                Box::pin(self.control(server, Action::Stop)).await?;
-                self.redis_start().await?;
+                redis_server::stop(self.ports.redis).await?;
+                redis_server::start(&self.dir.join("redis"), self.ports.redis, false).await?;
             }
             (Server::Redis, Action::FlushKill) => {
                 let mut conn =
@@ -296,35 +291,6 @@ impl Servers {
         Ok(())
     }
 
-    async fn redis_start(&self) -> anyhow::Result<()> {
-        let dir = self.dir.join("redis");
-        std::fs::create_dir_all(&dir)?;
-        let port = self.ports.redis.to_string();
-        let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "yes",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--pidfile")
-        .arg(dir.join("redis.pid"))
-        .arg("--logfile")
-        .arg(dir.join("redis.log"));
-        run(&mut cmd, "redis-server").await?;
-        await_port(self.ports.redis, true, Duration::from_secs(30))
-            .await
-            .with_context(|| format!("redis-server does not answer; see {}/redis.log", dir.display()))
-    }
-
     fn rabbit_dir(&self) -> PathBuf {
         self.dir.join("rabbitmq")
     }
@@ -439,22 +405,4 @@ fn pg_bindir() -> Option<PathBuf> {
         std::env::var_os("PATH")
             .and_then(|paths| std::env::split_paths(&paths).find(|p| p.join("pg_ctl").is_file()))
     })
-}
-
-async fn port_open(port: u16) -> bool {
-    tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(("127.0.0.1", port)))
-        .await
-        .is_ok_and(|c| c.is_ok())
-}
-
-/// Waits until the port accepts connections (`open`) or refuses them.
-async fn await_port(port: u16, open: bool, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while port_open(port).await != open {
-        if Instant::now() > deadline {
-            bail!("port {port} still {} after {} s", if open { "closed" } else { "open" }, within.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }

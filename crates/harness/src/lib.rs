@@ -1,13 +1,14 @@
 //! What the load tool (crates/bench) and the fault suite (crates/faults) share: an HTTP/1
 //! client of the gateway that times nothing itself ([`client`]), the calls every run starts with
 //! ([`api`]), the four service binaries started, stopped, killed and paused on ports of the
-//! run's own ([`fleet`], with [`signal`]), and the sale's invariants checked from outside
-//! ([`invariants`]).
+//! run's own ([`fleet`], with [`signal`]), private Redis nodes ([`redis_server`]), and the
+//! sale's invariants checked from outside ([`invariants`]).
 
 pub mod api;
 pub mod client;
 pub mod fleet;
 pub mod invariants;
+pub mod redis_server;
 pub mod signal;
 
 /// A whole number with thousands separators (`12,345`).
