@@ -1,8 +1,13 @@
-//! docs/RELIABILITY.md from a full run, and the plain summary printed at the end of any run.
+//! docs/RELIABILITY.md from a full run (its prose in templates/reliability.md.j2), and the plain
+//! summary printed at the end of any run.
 
 use std::fmt::Write as _;
 
+use anyhow::Context as _;
 use chrono::{DateTime, Utc};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment, Value, context};
 
 use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
 use super::room::{ADMITTED_ONCE, MAX_GAP_S, PLACE_KEPT, RATE_HELD, ROOM_ANSWERS, ROOM_MOVES};
@@ -11,24 +16,9 @@ use super::{CaseResult, Config};
 use seckill_harness::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
 use seckill_harness::n0;
 
+/// Seconds as both the summary and the document show them.
 fn secs(v: Option<f64>) -> String {
     v.map_or("never".into(), |s| format!("{s:.1} s"))
-}
-
-fn verdict(r: &CaseResult) -> &'static str {
-    if r.passed() { "pass" } else { "FAIL" }
-}
-
-/// `503 x a, 504 x b` plus connection errors and timeouts when there were any.
-fn retried(r: &CaseResult) -> String {
-    let Some(f) = &r.figures else { return "-".into() };
-    let t = &f.tally;
-    let mut s = format!("{} / {}", n0(t.s503 as f64), n0(t.s504 as f64));
-    if t.conn_errors + t.timeouts > 0 {
-        let _ =
-            write!(s, " (+{} conn. errors, {} timeouts)", n0(t.conn_errors as f64), n0(t.timeouts as f64));
-    }
-    s
 }
 
 /// The one-line-per-case table printed at the end of a run.
@@ -83,6 +73,9 @@ pub fn summary_text(results: &[CaseResult]) -> String {
     out
 }
 
+/// The document's template: its prose; [`render`] hands it the figures.
+const TEMPLATE: &str = include_str!("../templates/reliability.md.j2");
+
 /// The whole document.
 pub fn render(
     results: &[CaseResult],
@@ -90,249 +83,79 @@ pub fn render(
     commit: &str,
     started: DateTime<Utc>,
     ended: DateTime<Utc>,
-) -> String {
-    let mut out = String::from("# Reliability under faults\n\n");
-    let passed = results.iter().filter(|r| r.passed()).count();
-    let _ = writeln!(
-        out,
-        "Written by `scripts/faults.sh` (the driver is `seckill-faults`, crates/faults) from commit \
-         `{}`, run on {} UTC in {:.0} minutes; do not edit by hand, run it again. **{passed} of {} cases passed.**\n",
-        commit,
-        started.format("%Y-%m-%d %H:%M"),
-        (ended - started).num_seconds() as f64 / 60.0,
-        results.len()
+) -> anyhow::Result<String> {
+    let mut env = Environment::new();
+    env.set_syntax(
+        SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true)
+            .build()
+            .context("the template syntax")?,
     );
-    let _ = writeln!(
-        out,
-        "The suite kills, stops and restarts each part of the system in the middle of a sale and checks from \
-         outside that nothing was lost. It runs against **private servers of its own, never yours**: a PostgreSQL \
-         cluster made with `initdb` (port {}, trust on loopback), a Redis without persistence ({}) and a second \
-         RabbitMQ node `seckill-faults@localhost` ({}, its own Erlang cookie), all in `run/faults/`, stopped and \
-         removed at the end (logs kept in `run/faults-logs/`), and the four {} binaries on ports {}-{} \
-         (the gateway's admin listener on {}; in a case with replicas, replica k of each on its port + {PORT_STEP}k, \
-         every caller given the list of all its callee's replicas), because it restarts those servers, flushes \
-         Redis and kills connections.\n",
-        cfg.pg_port,
-        cfg.redis_port,
-        cfg.amqp_port,
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.add_filter("n0", |v: f64| n0(v));
+    env.add_filter("fixed", |v: f64, digits: usize| format!("{v:.digits$}"));
+    env.add_filter("secs", secs);
+    // As Rust writes a number: 10 for 10.0.
+    env.add_filter("num", |v: f64| v.to_string());
+    env.add_template("reliability.md", TEMPLATE).context("parsing templates/reliability.md.j2")?;
+    // One entry per setting, naming every service that gets it.
+    let mut tuned: Vec<(String, Vec<&str>)> = Vec::new();
+    for (svc, k, v) in tuned_settings() {
+        let setting = format!("{k}={v}");
+        match tuned.iter_mut().find(|(s, _)| *s == setting) {
+            Some((_, svcs)) => svcs.push(svc.name()),
+            None => tuned.push((setting, vec![svc.name()])),
+        }
+    }
+    let page = context! {
+        commit, started => started.format("%Y-%m-%d %H:%M").to_string(),
+        minutes => (ended - started).num_seconds() as f64 / 60.0,
+        passed => results.iter().filter(|r| r.passed()).count(), total => results.len(),
+        pg_port => cfg.pg_port, redis_port => cfg.redis_port, amqp_port => cfg.amqp_port,
+        http_port => cfg.http_port, port_step => PORT_STEP,
         // scripts/faults.sh builds release ones; FAULTS_BIN_DIR may name a debug build (cargo's
         // `debug` directory, or a copy of it under a directory of that name).
-        if cfg.bin_dir.components().any(|c| c.as_os_str() == "debug") { "debug" } else { "release" },
-        cfg.http_port,
-        cfg.http_port + 3,
-        cfg.http_port + 4
-    );
-    out.push_str(
-        "```sh\nscripts/faults.sh            # every case, writes this file\nscripts/faults.sh --quick    # CI: kill -9 of order-service (also started again while RabbitMQ is down), Redis FLUSHALL with requests queued and with 2,000 in a waiting room, two replicas of everything; small sales\nscripts/faults.sh CASE...    # the named cases (seckill-faults --list)\n```\n\n",
-    );
-    let units = cfg.units();
-    let _ = writeln!(
-        out,
-        "**Each case**: a fresh sale of {units} units created by an admin through the gateway, open at once; {} buyers \
-         (distinct users per case) arriving evenly over {} s, each on its own connection: dev token, path token \
-         (`POST /api/seckill/{{id}}/token`), order (`POST /api/seckill/{{id}}/orders` with `x-seckill-token`). A buyer \
-         does what real clients do: it retries 503, 504, 429 and connection errors (0.1 s doubling to 1 s, with \
-         jitter), asks for a fresh path token on 403 BAD_TOKEN, reads a 409 REPEATED as an earlier click of its own \
-         that was accepted although the answer was lost, polls its result after a 202 until `success` or `failed` \
-         (150 s at most; `none` for 15 s means the system forgot it), and after `failed` (its unit given back) tries \
-         again, twice at most. The fault is injected while buyers keep arriving, and the service or server is \
-         brought back. If fewer orders than units exist once every result is final, late buyers keep arriving (up \
-         to 20 s) so that units given back get sold. The end state is read once the system has settled (at least 8 \
-         s after everything was back and 2 s after the last buyer; a result still `queued` is read again for up to \
-         30 s). Then, from outside (the gateway's answers and SQL on the \
-         private databases: `goods`, `stock_ledger`, `orders`):\n",
-        units * 3,
-        results.first().map_or(10.0, |r| r.arrive_over.as_secs_f64()),
-    );
-    out.push_str(
-        "- **no 5xx but 503/504** reached any client, and no unexpected answer;\n\
-         - **active orders <= stock**, and **at most one active order per user**;\n\
-         - **every 202 ends success or failed** (none left `queued` or `none`);\n\
-         - **results agree with the orders**: each buyer's result read again at the end says `success` with an order \
-         id exactly when that buyer holds that one active order of the sale, in the database and in `GET /api/orders`;\n\
-         - **stock_available = stock_total - active orders**, one held `stock_ledger` deduction per active order (same \
-         key as the order's request id), and `GET /api/goods/{id}` agrees;\n\
-         - **every unit sold** when buyers outnumber units;\n\
-         - and the load tool's sale invariants on the buyers' final results (`buyers' view: ...`: distinct order ids, no \
-         oversell, winners = min(stock, buyers), nothing queued or lost, the gateway's stock agreeing).\n\n",
-    );
-    let _ = writeln!(
-        out,
-        "A case that starts a service again **while a server is down** (`kill9-<service>-<server>-down`) stops the \
-         server (PostgreSQL and Redis stopped, RabbitMQ's application stopped: connections refused), kills the \
-         service with -9, starts it again while the server is still down (it must stay up and serve `/healthz`; what \
-         its `/readyz` says it waits for is shown in the timeline), brings the server back, waits for the service to \
-         become ready without a restart, and checks besides:\n\n\
-         - **{BACK_AFTER_SERVER}**: the first 202 or 410 SOLD_OUT answered to a request sent after the fault comes \
-         within {BACK_AFTER_SERVER_S} s of the server's return (or before it, where the buy path did not need that \
-         server).\n"
-    );
-    let _ = writeln!(
-        out,
-        "A case with **replicas** runs that many replicas of every service, spreads its buyers over every gateway \
-         (buyer i on gateway i mod n), and checks besides:\n\n\
-         - **{SOLD_OUT_EVERYWHERE}**: once the sale is sold out in the database (if it is not, the check fails: the \
-         case sells out by design), each seckill-service replica is asked directly, as a fresh user, with a request \
-         signed as the gateway (path token, then `POST /api/seckill/{{id}}/orders`): each must answer 410 SOLD_OUT;\n\
-         - **{CONSUMERS_SHARE}**: each order-service replica's counters on its own `/metrics` ({}), read before the \
-         sale, right before a replica is killed (a restarted process counts from zero) and at the end: each replica \
-         consumed some;\n\
-         - **{ONE_LIMIT}**: one user clicks `POST /api/seckill/{{id}}/orders` on every gateway in turn, the next click \
-         as soon as the last is answered, for {} s; the answers other than 429 must stay within one limit, \
-         {BUY_BURST} + {BUY_PER_SEC}/s x the time + {LIMIT_SLACK} (the buy class's limit, `rate_limit.buy.*`, the \
-         gateways' buckets shared in Redis).\n",
-        CONSUMED.map(|m| format!("`{m}`")).join(", "),
-        HOT_FOR.as_secs()
-    );
-    let _ = writeln!(
-        out,
-        "A case with a **waiting room** (`room-*`) creates its sale with one (a fixed rate, no proof of work). \
-         Its users (not three per unit) join (`POST /api/seckill/{{id}}/queue`), half before the opening, half \
-         after, and poll `GET /api/seckill/{{id}}/queue` with their ticket as a page would (when \
-         `poll_after_ms` says; while admitted, and once after; twice more once `closed`), over 128 shared \
-         connections, a failed request made again a second later. One in every (2 x users / units) buys once \
-         admitted, as the buyers above with `x-room-admission`, so the room runs to its end. The checks above \
-         hold for those buyers; and from the queue's answers alone:\n\n\
-         - **{PLACE_KEPT}**, from the draw on;\n\
-         - **{ADMITTED_ONCE}**: `admission_expires_at` never later than the first shown, nobody `closed` admitted \
-         again;\n\
-         - **{RATE_HELD}**: when each admission began (its end less `admission_secs`): in any window (a, b] at \
-         most the rate x (b - a) + a second's worth (what the leader's lease of admissions lets out at once after \
-         a loss);\n\
-         - **{ROOM_MOVES}**: every place came up, some after the return, no pause over {MAX_GAP_S} s from the \
-         fault on;\n\
-         - **{ROOM_ANSWERS}** reached the users.\n"
-    );
-    out.push_str(
-        "\
-         **Lost** counts buyers with an accepted request that never got a final result, a `success` without its \
-         order, or an order without its `success`: it must be 0. **Buy path back**: from the fault to the first 202 \
-         or clean 410 SOLD_OUT answered to a request sent after it. **Drained**: from the fault until every \
-         request accepted before everything was back (the backlog the fault built, and the requests it caught in \
-         flight) had its final result.\n\n",
-    );
-    // One entry per setting, naming every service that gets it.
-    let mut grouped: Vec<(String, Vec<&str>)> = Vec::new();
-    for (svc, k, v) in tuned_settings() {
-        let setting = format!("`{k}={v}`");
-        match grouped.iter_mut().find(|(s, _)| *s == setting) {
-            Some((_, svcs)) => svcs.push(svc.name()),
-            None => grouped.push((setting, vec![svc.name()])),
-        }
-    }
-    let mut tuned: Vec<String> =
-        grouped.into_iter().map(|(setting, svcs)| format!("{setting} ({})", svcs.join(", "))).collect();
-    tuned.push(format!("`SECKILL__HTTP__SHUTDOWN_TIMEOUT_SECS={SHUTDOWN_TIMEOUT_SECS}` (all)"));
-    let _ = writeln!(
-        out,
-        "The services run with their defaults except shorter timings, so that recoveries show within a case, and a \
-         longer wait for the gateways' shared rate-limit bucket (the load shares the machine's cores with the system: a \
-         Redis answer slower than the default 100 ms there is the machine's, not an outage): {}.\n",
-        tuned.join(", ")
-    );
+        build => if cfg.bin_dir.components().any(|c| c.as_os_str() == "debug") { "debug" } else { "release" },
+        units => cfg.units(),
+        arrive_over => results.first().map_or(10.0, |r| r.arrive_over.as_secs_f64()),
+        check => context! {
+            back_after_server => BACK_AFTER_SERVER, sold_out_everywhere => SOLD_OUT_EVERYWHERE,
+            consumers_share => CONSUMERS_SHARE, one_limit => ONE_LIMIT, place_kept => PLACE_KEPT,
+            admitted_once => ADMITTED_ONCE, rate_held => RATE_HELD, room_moves => ROOM_MOVES,
+            room_answers => ROOM_ANSWERS,
+        },
+        back_after_server_s => BACK_AFTER_SERVER_S, consumed => CONSUMED, hot_for_s => HOT_FOR.as_secs(),
+        buy_burst => BUY_BURST, buy_per_sec => BUY_PER_SEC, limit_slack => LIMIT_SLACK, max_gap_s => MAX_GAP_S,
+        tuned, shutdown_timeout_secs => SHUTDOWN_TIMEOUT_SECS,
+        cases => results.iter().map(case_view).collect::<Vec<_>>(),
+    };
+    env.get_template("reliability.md")?.render(page).context("rendering templates/reliability.md.j2")
+}
 
-    out.push_str("## Summary\n\n| case | fault | accepted (202) | orders | lost | failed after 202 | 503 / 504 seen | buy path back | drained | verdict |\n|---|---|---:|---:|---:|---:|---|---:|---:|---|\n");
-    for r in results {
-        let f = r.figures.as_ref();
-        let _ = writeln!(
-            out,
-            "| [{}](#{}) | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
-            r.name,
-            r.name,
-            r.fault,
-            f.map_or("-".into(), |f| n0(f.accepted as f64)),
-            f.map_or("-".into(), |f| n0(f.orders as f64)),
-            f.map_or("-".into(), |f| n0(f.lost as f64)),
-            f.map_or("-".into(), |f| n0(f.failed_after_202 as f64)),
-            retried(r),
-            f.map_or("-".into(), |f| secs(f.buy_path_back_s)),
-            f.map_or("-".into(), |f| secs(f.drained_s)),
-            verdict(r)
-        );
+/// What the template shows of one case.
+fn case_view(r: &CaseResult) -> Value {
+    let figures = r.figures.as_ref().map(|f| {
+        let t = &f.tally;
+        context! {
+            accepted => f.accepted, orders => f.orders, lost => f.lost, failed_after_202 => f.failed_after_202,
+            buy_path_back_s => f.buy_path_back_s, drained_s => f.drained_s, buyers => f.buyers,
+            late_buyers => f.late_buyers, repeated => f.repeated, won_unseen => f.won_unseen,
+            sold_out => f.sold_out, gave_up => f.gave_up, lost_no_result => f.lost_no_result,
+            success_without_order => f.success_without_order, order_without_success => f.order_without_success,
+            s503 => t.s503, s504 => t.s504, s429 => t.s429, conn_errors => t.conn_errors,
+            timeouts => t.timeouts, other_5xx => t.other_5xx, unexpected => t.unexpected,
+        }
+    });
+    context! {
+        name => &r.name, fault => &r.fault, goods_id => r.goods_id, units => r.units,
+        buyers_planned => r.buyers_planned, arrive_over => r.arrive_over.as_secs_f64(),
+        took => r.took.as_secs_f64(), passed => r.passed(), events => &r.timeline.events, figures,
+        checks => Serde(&r.checks), checks_passed => r.checks.iter().filter(|c| c.ok).count(),
+        checks_total => r.checks.len(),
+        errors => [&r.timeline.error, &r.error].into_iter().flatten().cloned().collect::<Vec<_>>(),
     }
-    out.push('\n');
-
-    for r in results {
-        let _ = writeln!(out, "## {}\n\n{}.\n", r.name, r.fault);
-        if let Some(g) = r.goods_id {
-            let _ = writeln!(
-                out,
-                "Sale {g}: {} units, {} buyers arriving over {:.0} s; the case took {:.0} s.\n",
-                r.units,
-                r.buyers_planned,
-                r.arrive_over.as_secs_f64(),
-                r.took.as_secs_f64()
-            );
-        }
-        if !r.timeline.events.is_empty() {
-            out.push_str("What the driver did (seconds since the sale opened):\n\n");
-            for (at, what) in &r.timeline.events {
-                let _ = writeln!(out, "- {at:.2} s: {what}");
-            }
-            out.push('\n');
-        }
-        if let Some(f) = &r.figures {
-            let t = &f.tally;
-            out.push_str("| fault | accepted (202) | orders | lost | failed after 202 | 503 / 504 seen | buy path back | drained | verdict |\n|---|---:|---:|---:|---:|---|---:|---:|---|\n");
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | **{}** |\n",
-                r.name,
-                n0(f.accepted as f64),
-                n0(f.orders as f64),
-                n0(f.lost as f64),
-                n0(f.failed_after_202 as f64),
-                retried(r),
-                secs(f.buy_path_back_s),
-                secs(f.drained_s),
-                verdict(r)
-            );
-            let _ = writeln!(
-                out,
-                "Buyers who took part: {} ({} late); accepted after a lost answer (409 REPEATED): {}; holding their \
-                 order without ever seeing it accepted (the 202 lost, the retry refused): {}; sold out: {}; gave \
-                 up: {}. Lost: {} with no final result, {} success without order, {} order without success. Clients \
-                 also saw 429 x{}, connection errors x{}, timeouts x{}, other 5xx x{}, unexpected answers x{}.\n",
-                f.buyers,
-                f.late_buyers,
-                f.repeated,
-                f.won_unseen,
-                f.sold_out,
-                f.gave_up,
-                f.lost_no_result,
-                f.success_without_order,
-                f.order_without_success,
-                t.s429,
-                t.conn_errors,
-                t.timeouts,
-                t.other_5xx,
-                t.unexpected
-            );
-        }
-        // Failed checks in full; the passed ones folded, their details still there as evidence.
-        for c in r.checks.iter().filter(|c| !c.ok) {
-            let _ = writeln!(out, "- **FAIL** {}: {}", c.name, c.detail);
-        }
-        let passed: Vec<_> = r.checks.iter().filter(|c| c.ok).collect();
-        if !passed.is_empty() {
-            let _ = writeln!(
-                out,
-                "{}<details><summary>{} of {} checks passed</summary>\n",
-                if passed.len() < r.checks.len() { "\n" } else { "" },
-                passed.len(),
-                r.checks.len()
-            );
-            for c in passed {
-                let _ = writeln!(out, "- ok {}: {}", c.name, c.detail);
-            }
-            out.push_str("\n</details>\n");
-        }
-        out.push('\n');
-        for e in [&r.timeline.error, &r.error].into_iter().flatten() {
-            let _ = writeln!(out, "**The case did not run to its end**: {e}\n");
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -376,14 +199,25 @@ mod tests {
 
     #[test]
     fn the_document_has_a_summary_and_a_section_per_case_naming_violations() {
-        let cfg = crate::tests::config();
-        let results = [case("kill9-order", true), case("redis-flush-kill", false)];
+        let cfg = Config { bin_dir: "target/debug".into(), ..crate::tests::config() };
+        let mut failed = case("redis-flush-kill", false);
+        failed.figures.as_mut().unwrap().tally.conn_errors = 1_001;
+        let mut gone = case("kill9-gateway", true);
+        (gone.goods_id, gone.figures, gone.error) = (None, None, Some("no sale: 500".into()));
+        let results = [case("kill9-order", true), failed, gone];
         let at = Utc::now();
-        let doc = render(&results, &cfg, "x", at, at + chrono::Duration::minutes(8));
-        assert!(doc.contains("**1 of 2 cases passed.**"), "{doc}");
-        assert!(doc.contains("from commit `x`"));
-        assert!(doc.contains("port 25432") && doc.contains("ports 28080-28083"));
+        let doc = render(&results, &cfg, "x", at, at + chrono::Duration::minutes(8)).unwrap();
+        assert!(doc.starts_with("# Reliability under faults\n\nWritten by"), "{doc}");
+        assert!(doc.contains("from commit `x`") && doc.contains("in 8 minutes"));
+        assert!(doc.contains("**1 of 3 cases passed.**"));
+        assert!(doc.contains("port 25432") && doc.contains("four debug binaries on ports 28080-28083"));
         assert!(doc.contains("| [kill9-order](#kill9-order) | the fault of kill9-order | 1,234 | 400 | 0 |"));
+        assert!(doc.contains("| 0 / 0 (+1,001 conn. errors, 0 timeouts) | never | never | **FAIL** |\n"));
+        assert!(doc.contains("| [kill9-gateway](#kill9-gateway) | the fault of kill9-gateway | - | - | - | - | - | - | - | **FAIL** |\n"));
+        assert!(
+            doc.ends_with("</details>\n\n**The case did not run to its end**: no sale: 500\n\n"),
+            "{doc}"
+        );
         assert!(doc.contains("## redis-flush-kill"));
         assert!(doc.contains("- **FAIL** second: the evidence"));
         assert!(doc.contains("<details><summary>1 of 2 checks passed</summary>"));
@@ -393,7 +227,9 @@ mod tests {
             assert!(doc.contains(&format!("- **{name}**")), "{name}");
         }
         assert!(doc.contains("10 + 5/s x the time + 2") && doc.contains("port + 10k"), "{doc}");
+        // The tuned settings, one entry per setting naming every service that gets it.
+        assert!(doc.contains("`SECKILL__AMQP__RETRY_DELAY_MS=500` (seckill-service, order-service, stock-service), `SECKILL__HTTP__SHUTDOWN_TIMEOUT_SECS=10` (all).\n"));
         let text = summary_text(&results);
-        assert!(text.contains("FAIL: second") && text.ends_with("1 of 2 cases passed"), "{text}");
+        assert!(text.contains("FAIL: second") && text.ends_with("1 of 3 cases passed"), "{text}");
     }
 }

@@ -255,7 +255,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
 
     println!("\n{}", doc::summary_text(&results));
     if let Some(out) = cfg.report_path() {
-        let text = doc::render(&results, cfg, &commit, started_at, Utc::now());
+        let text = doc::render(&results, cfg, &commit, started_at, Utc::now())?;
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
