@@ -30,7 +30,7 @@ use crate::machine::{Involved, Watch};
 use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event, PUBLISH_ACK, PUBLISH_NACK};
-use crate::report::{self, KIND_AMQP, KIND_HTTP, Report};
+use crate::report::{self, KIND_AMQP, KIND_HTTP, LoadShape, Report};
 
 /// `http`: GET `url` on `connections` keep-alive connections for `duration`.
 #[derive(Debug, Clone)]
@@ -103,6 +103,12 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
         "rate": cfg.rate,
     });
     Ok(Report {
+        load: LoadShape {
+            connections: cfg.connections as u64,
+            rate: cfg.rate,
+            gateways: Vec::new(),
+            ..LoadShape::default()
+        },
         memory,
         cpu: Some(cpu),
         notes,

@@ -19,6 +19,20 @@ pub const KIND_SCENARIO: &str = "scenario";
 pub const KIND_HTTP: &str = "http";
 pub const KIND_AMQP: &str = "amqp-publish";
 
+/// The shape of a measurement's load.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadShape {
+    /// Connections the load went out on.
+    pub connections: u64,
+    /// Open loop at this many calls a second; none: closed loop.
+    pub rate: Option<f64>,
+    /// Where the calls went (a scenario's gateways).
+    pub gateways: Vec<String>,
+    /// Settings of the gateways under load, `key` to `value`, as the run was told them.
+    #[serde(default)]
+    pub gateway_settings: std::collections::BTreeMap<String, String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// `scenario`, `http` or `amqp-publish`.
@@ -28,7 +42,11 @@ pub struct Report {
     pub started_at: String,
     /// The command line that produced it.
     pub command: String,
+    /// Every parameter, as the run had them: a record for the reader.
     pub params: serde_json::Value,
+    /// What the document reads of them, typed.
+    #[serde(default)]
+    pub load: LoadShape,
     /// The timed phase: first request to the last request of the load (result polls after the
     /// load are not in it).
     pub duration_secs: f64,
@@ -342,6 +360,7 @@ impl Report {
             started_at,
             command: this_command(),
             params,
+            load: LoadShape::default(),
             duration_secs: f64::from(end_us) / 1e6,
             calls: stats::call_stats(events),
             buy: None,

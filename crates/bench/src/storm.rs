@@ -26,7 +26,7 @@ use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
 use crate::progress::Progress;
 use crate::record::{Clock, Event};
-use crate::report::{self, KIND_SCENARIO, Report, SpikeFigures, StormSummary};
+use crate::report::{self, KIND_SCENARIO, LoadShape, Report, SpikeFigures, StormSummary};
 use crate::scenario::{self, Paused, Scenario, ScenarioConfig};
 use crate::stats;
 
@@ -277,6 +277,12 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
         started_at: report::rfc3339(storm.t0_wall),
         command: report::this_command(),
         params: cfg.params(),
+        load: LoadShape {
+            connections: cfg.connections as u64,
+            rate: None,
+            gateways: vec![cfg.gateway.clone()],
+            ..LoadShape::default()
+        },
         duration_secs,
         calls: storm.during.calls.clone(),
         buy: None,

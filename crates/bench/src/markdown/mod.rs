@@ -320,6 +320,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             command: format!("seckill-bench {name}"),
             params: serde_json::json!({"connections": 200}),
+            load: crate::report::LoadShape { connections: 200, ..Default::default() },
             duration_secs: 1.0,
             calls: vec![CallStats {
                 call: call.into(),
@@ -466,7 +467,7 @@ mod tests {
     /// A drain-like scenario run: `accepted` buys/s, order p99 `p99_ms`.
     fn drain_report(name: &str, accepted: f64, p99_ms: f64) -> Report {
         let mut r = report(KIND_SCENARIO, name, "order", accepted);
-        r.params = serde_json::json!({"connections": 500});
+        r.load.connections = 500;
         r.calls[0].latency.p99_ms = p99_ms;
         r.drain = Some(crate::report::DrainSummary { accepted_per_sec: accepted, ..Default::default() });
         r
@@ -622,7 +623,7 @@ mod tests {
     /// order p99 `p99_ms`, invariants `ok`.
     fn overload_report(answers: &[(&str, u64)], busy: u64, p99_ms: f64, ok: bool) -> Report {
         let mut r = drain_report(names::OVERLOAD, 4_400.0, p99_ms);
-        r.params = serde_json::json!({"connections": 500, "rate": 8_878.0});
+        r.load.rate = Some(8_878.0);
         for (outcome, count) in answers {
             r.calls.push(CallStats {
                 call: "order".into(),
@@ -900,9 +901,10 @@ mod tests {
     }
 
     /// A sold-out run through a gateway recorded with these settings.
-    fn sold_out(name: &str, per_sec: f64, settings: serde_json::Value) -> Report {
+    fn sold_out(name: &str, per_sec: f64, settings: &[(&str, &str)]) -> Report {
         let mut r = report(KIND_SCENARIO, name, "order", per_sec);
-        r.params = serde_json::json!({"gateways": ["http://127.0.0.1:18080"], "gateway_settings": settings});
+        r.load.gateways = vec!["http://127.0.0.1:18080".into()];
+        r.load.gateway_settings = settings.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
         r
     }
 
@@ -911,12 +913,12 @@ mod tests {
         let mut c = Collected::default();
         let mut add = |r: Report| c.reports.entry(r.name.clone()).or_default().push(r);
         for v in [9_000.0, 10_000.0, 11_000.0] {
-            add(sold_out(names::SOLD_OUT_PER_REPLICA, v, serde_json::json!({"rate_limit.shared": "false"})));
+            add(sold_out(names::SOLD_OUT_PER_REPLICA, v, &[("rate_limit.shared", "false")]));
         }
         for v in [8_000.0, 9_500.0, 8_800.0] {
-            add(sold_out(names::SOLD_OUT, v, serde_json::json!({})));
+            add(sold_out(names::SOLD_OUT, v, &[]));
         }
-        add(sold_out(names::SOLD_OUT_FORWARDED, 7_900.0, serde_json::json!({"sold_out.remember_ms": "0"})));
+        add(sold_out(names::SOLD_OUT_FORWARDED, 7_900.0, &[("sold_out.remember_ms", "0")]));
         // Not a target any more: the section shows the ratios.
         assert!(!targets(&c).iter().any(|t| t.what.contains("per-replica")));
         let md = render(&c).unwrap();

@@ -196,7 +196,7 @@ pub(super) fn accepted_per_sec(r: &Report) -> f64 {
 }
 
 pub(super) fn connections(r: &Report) -> u64 {
-    r.params.get("connections").and_then(|v| v.as_u64()).unwrap_or(0)
+    r.load.connections
 }
 
 /// The order call's p99 over all its answers (NaN without order calls).
@@ -208,7 +208,7 @@ pub(super) fn order_p99(r: &Report) -> f64 {
 /// came from).
 pub(super) fn open_loop_p99(r: &Report, rate_is: &str) -> Target {
     let p99 = order_p99(r);
-    let rate = r.params.get("rate").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let rate = r.load.rate.unwrap_or(0.0);
     Target {
         what: format!(
             "order p99, open loop at {} buys/s ({rate_is}), {} connections",
@@ -298,7 +298,7 @@ pub(super) fn overload(c: &Collected, o: &Overload) -> [Target; 4] {
             missing(&format!("{name}: invariants hold"), "all"),
         ];
     };
-    let rate = r.params.get("rate").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let rate = r.load.rate.unwrap_or(0.0);
     let drain = c.report(names::DRAIN).map(|(d, _)| accepted_per_sec(d)).filter(|d| *d > 0.0);
     let offered = match drain {
         Some(d) => format!("{:.2} x the closed-loop accepted rate of drain, {} /s", rate / d, n0(d)),

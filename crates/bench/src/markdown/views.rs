@@ -69,7 +69,7 @@ pub(super) fn http_baselines(c: &Collected) -> BTreeMap<&'static str, HttpBaseli
                     runs: repeated(runs),
                     p50_ms: all.map_or(0.0, |x| x.latency.p50_ms),
                     p99_ms: all.map_or(0.0, |x| x.latency.p99_ms),
-                    connections: r.params.get("connections").and_then(|v| v.as_u64()),
+                    connections: Some(r.load.connections).filter(|c| *c > 0),
                 },
             ))
         })
@@ -410,23 +410,13 @@ impl<'a> SharedLimits<'a> {
             .filter_map(|name| {
                 let (r, runs) = c.report(name)?;
                 let settings = r
-                    .params
-                    .get("gateway_settings")
-                    .and_then(|v| v.as_object())
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("?")))
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default()
+                    .load
+                    .gateway_settings
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
                     .join(", ");
-                let gateway = r
-                    .params
-                    .get("gateways")
-                    .and_then(|g| g.get(0))
-                    .or_else(|| r.params.get("gateway"))
-                    .and_then(|g| g.as_str())
-                    .unwrap_or("?");
+                let gateway = r.load.gateways.first().map_or("?", String::as_str);
                 Some(SoldOutVariant {
                     name,
                     gateway,
@@ -533,7 +523,7 @@ impl Limits {
         });
         let drain = c.report(DRAIN).map(|(d, _)| {
             let cores = d.cpu.as_ref().map_or(0, |c| c.cores) as f64;
-            let connections = d.params.get("connections").and_then(|v| v.as_f64()).unwrap_or(0.0);
+            let connections = d.load.connections as f64;
             let processes = [
                 "seckill-service",
                 "beam.smp",

@@ -26,7 +26,7 @@ use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
 use crate::progress::Progress;
 use crate::record::{Clock, Event};
-use crate::report::{self, KIND_SCENARIO, Report};
+use crate::report::{self, KIND_SCENARIO, LoadShape, Report};
 use crate::signal::{self, Signal};
 use crate::stats;
 
@@ -540,6 +540,12 @@ async fn report_run(
         started_at: report::rfc3339(timed.t0_wall),
         command: report::this_command(),
         params: scenario_params(cfg, timed.total_clicks),
+        load: LoadShape {
+            connections: cfg.connections as u64,
+            rate: cfg.rate,
+            gateways: cfg.click_gateways(),
+            gateway_settings: cfg.gateway_settings.clone(),
+        },
         duration_secs: secs(timed.load_end_us),
         calls: stats::call_stats(&all_events),
         buy: Some(buy),

@@ -25,7 +25,7 @@ use crate::machine::{Involved, Watch};
 use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event};
-use crate::report::{self, KIND_SCENARIO, Report};
+use crate::report::{self, KIND_SCENARIO, LoadShape, Report};
 use db::{GOODS_ID, Scratch, Tally};
 
 /// Everything a `sync` run needs.
@@ -163,6 +163,12 @@ async fn measure(cfg: &SyncConfig, scratch: &Scratch) -> anyhow::Result<Report> 
         "first_user": cfg.first_user,
     });
     Ok(Report {
+        load: LoadShape {
+            connections: cfg.connections as u64,
+            rate: None,
+            gateways: Vec::new(),
+            ..LoadShape::default()
+        },
         invariants: checks(&summary, settled),
         sync: Some(summary),
         memory,
