@@ -109,7 +109,6 @@ impl System {
         q.message_count()
     }
 
-    /// Publishes a raw body to a queue of this test, as a foreign or broken publisher would.
     /// Publishes `body` as `from` would, signed for `to` (the queue's consumer).
     pub async fn publish_as(&self, from: Peer, to: Peer, queue: &str, body: &[u8]) {
         let signature = keys::trust(from).sign_message(to, body);
