@@ -33,7 +33,7 @@ use crate::invariants::Check;
 use crate::machine::{self, CpuReport, Involved, Watch};
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event};
-use crate::report::{self, KIND_SCENARIO, Report, RoomMemory, RoomSummary};
+use crate::report::{self, KIND_SCENARIO, LoadShape, Report, RoomMemory, RoomSummary};
 use crate::{gate_load, scenario, stats};
 
 const NAME: &str = "room";
@@ -437,6 +437,11 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let notes = cpu.disturbed.then(|| cpu.disturbance()).into_iter().collect();
     let started_at = report::rfc3339(t0_wall);
     Ok(Report {
+        load: LoadShape {
+            connections: a.connections as u64,
+            gateways: vec![a.gateway.clone()],
+            ..LoadShape::default()
+        },
         room: Some(summary),
         invariants,
         memory: memory_of_procs,
