@@ -5,16 +5,14 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
-use minijinja::{AutoEscape, Environment, Value, context};
+use minijinja::{Value, context};
 
 use super::replicas::{CONSUMED, CONSUMERS_SHARE, HOT_FOR, LIMIT_SLACK, ONE_LIMIT, SOLD_OUT_EVERYWHERE};
 use super::room::{ADMITTED_ONCE, MAX_GAP_S, PLACE_KEPT, RATE_HELD, ROOM_ANSWERS, ROOM_MOVES};
 use super::verdict::{BACK_AFTER_SERVER, BACK_AFTER_SERVER_S};
 use super::{CaseResult, Config};
 use seckill_harness::fleet::{BUY_BURST, BUY_PER_SEC, PORT_STEP, SHUTDOWN_TIMEOUT_SECS, tuned_settings};
-use seckill_harness::n0;
 
 /// Seconds as both the summary and the document show them.
 fn secs(v: Option<f64>) -> String {
@@ -84,18 +82,7 @@ pub fn render(
     started: DateTime<Utc>,
     ended: DateTime<Utc>,
 ) -> anyhow::Result<String> {
-    let mut env = Environment::new();
-    env.set_syntax(
-        SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .keep_trailing_newline(true)
-            .build()
-            .context("the template syntax")?,
-    );
-    env.set_auto_escape_callback(|_| AutoEscape::None);
-    env.add_filter("n0", |v: f64| n0(v));
-    env.add_filter("fixed", |v: f64, digits: usize| format!("{v:.digits$}"));
+    let mut env = seckill_harness::markdown::environment()?;
     env.add_filter("secs", secs);
     // As Rust writes a number: 10 for 10.0.
     env.add_filter("num", |v: f64| v.to_string());

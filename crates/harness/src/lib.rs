@@ -8,6 +8,7 @@ pub mod api;
 pub mod client;
 pub mod fleet;
 pub mod invariants;
+pub mod markdown;
 pub mod redis_server;
 pub mod signal;
 

@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
-use minijinja::{AutoEscape, Environment};
 use serde::{Deserialize, Serialize};
 
 use crate::machine::MachineFacts;
@@ -172,18 +170,7 @@ const TEMPLATE: &str = include_str!("../../templates/benchmarks.md.j2");
 
 /// The whole document.
 pub fn render(c: &Collected) -> anyhow::Result<String> {
-    let mut env = Environment::new();
-    env.set_syntax(
-        SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .keep_trailing_newline(true)
-            .build()
-            .context("the template syntax")?,
-    );
-    env.set_auto_escape_callback(|_| AutoEscape::None);
-    env.add_filter("n0", |v: f64| n0(v));
-    env.add_filter("fixed", |v: f64, digits: usize| format!("{v:.digits$}"));
+    let mut env = seckill_harness::markdown::environment()?;
     env.add_template("benchmarks.md", TEMPLATE).context("parsing templates/benchmarks.md.j2")?;
     let page = Page::new(c);
     env.get_template("benchmarks.md")?.render(Serde(&page)).context("rendering templates/benchmarks.md.j2")
