@@ -134,6 +134,29 @@ pub struct Case {
     pub units: Option<i64>,
 }
 
+impl Case {
+    /// A case on one replica of everything and a sale of one bucket, of the run's size,
+    /// its buyers polling: what most cases are; the others set what differs.
+    fn new(
+        name: impl Into<String>,
+        fault: impl Into<String>,
+        steps: Vec<Step>,
+        arrive_over: Duration,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            fault: fault.into(),
+            steps,
+            arrive_over,
+            buckets: 1,
+            replicas: 1,
+            extra: Vec::new(),
+            streams: false,
+            units: None,
+        }
+    }
+}
+
 /// The case sizes and timings of a full or a quick run.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -206,10 +229,10 @@ pub fn all(t: Timing) -> Vec<Case> {
     let secs = |d: Duration| d.as_secs_f64();
     let mut cases = Vec::new();
     for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
-        cases.push(Case {
-            name: format!("kill9-{}", svc.short()),
-            fault: format!("kill -9 of {} mid-sale, started again {:.0} s later", svc.name(), secs(t.down)),
-            steps: vec![
+        cases.push(Case::new(
+            format!("kill9-{}", svc.short()),
+            format!("kill -9 of {} mid-sale, started again {:.0} s later", svc.name(), secs(t.down)),
+            vec![
                 Wait(t.fault_at),
                 Fault,
                 Kill9(vec![Unit::first(svc)]),
@@ -217,45 +240,27 @@ pub fn all(t: Timing) -> Vec<Case> {
                 Start(Unit::first(svc)),
                 Back,
             ],
-            arrive_over: t.arrive_over,
-            buckets: 1,
-            replicas: 1,
-            extra: Vec::new(),
-            streams: false,
-            units: None,
-        });
+            t.arrive_over,
+        ));
     }
     let seckill = Unit::first(Svc::Seckill);
-    cases.push(Case {
-        name: "kill9-seckill-buckets".into(),
-        fault: format!(
-            "kill -9 of seckill-service mid-sale on a sale split over 8 stock buckets, three buyers in four \
-             served by one bucket (units keep moving to it from the others), started again {:.0} s later",
-            secs(t.down)
-        ),
-        steps: vec![Wait(t.fault_at), Fault, Kill9(vec![seckill]), Wait(t.down), Start(seckill), Back],
-        arrive_over: t.arrive_over,
-        buckets: 8,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
+    let fault = format!(
+        "kill -9 of seckill-service mid-sale on a sale split over 8 stock buckets, three buyers in four \
+         served by one bucket (units keep moving to it from the others), started again {:.0} s later",
+        secs(t.down)
+    );
+    let steps = vec![Wait(t.fault_at), Fault, Kill9(vec![seckill]), Wait(t.down), Start(seckill), Back];
+    cases.push(Case { buckets: 8, ..Case::new("kill9-seckill-buckets", fault, steps, t.arrive_over) });
     for svc in [Svc::Order, Svc::Seckill, Svc::Stock, Svc::Gateway] {
-        cases.push(Case {
-            name: format!("sigterm-{}", svc.short()),
-            fault: format!(
+        cases.push(Case::new(
+            format!("sigterm-{}", svc.short()),
+            format!(
                 "SIGTERM of {} under load (graceful shutdown), started again as soon as it exited",
                 svc.name()
             ),
-            steps: vec![Wait(t.fault_at), Fault, Term(Unit::first(svc)), Start(Unit::first(svc)), Back],
-            arrive_over: t.arrive_over,
-            buckets: 1,
-            replicas: 1,
-            extra: Vec::new(),
-            streams: false,
-            units: None,
-        });
+            vec![Wait(t.fault_at), Fault, Term(Unit::first(svc)), Start(Unit::first(svc)), Back],
+            t.arrive_over,
+        ));
     }
     // A service killed and started again while a server is down: it must start and wait
     // (no exit, no crash loop), and take work again once the server is back.
@@ -263,9 +268,9 @@ pub fn all(t: Timing) -> Vec<Case> {
         let (down, up) = server.down_and_up();
         for svc in [Svc::Stock, Svc::Seckill, Svc::Order] {
             let unit = Unit::first(svc);
-            cases.push(Case {
-                name: format!("kill9-{}-{}-down", svc.short(), server.short()),
-                fault: format!(
+            cases.push(Case::new(
+                format!("kill9-{}-{}-down", svc.short(), server.short()),
+                format!(
                     "{} down mid-sale and kill -9 of {} while it is down, started again {:.0} s later (the \
                      server still down), {} back {:.0} s after that",
                     server.name(),
@@ -274,7 +279,7 @@ pub fn all(t: Timing) -> Vec<Case> {
                     server.name(),
                     secs(t.down)
                 ),
-                steps: vec![
+                vec![
                     Wait(t.fault_at),
                     Fault,
                     Ctl(server, down),
@@ -288,23 +293,17 @@ pub fn all(t: Timing) -> Vec<Case> {
                     Back,
                 ],
                 // Buyers keep arriving after the server is back.
-                arrive_over: t.arrive_over + Duration::from_secs(6),
-                buckets: 1,
-                replicas: 1,
-                extra: Vec::new(),
-                streams: false,
-                units: None,
-            });
+                t.arrive_over + Duration::from_secs(6),
+            ));
         }
     }
     let before = Duration::from_secs(1);
     let order = Unit::first(Svc::Order);
-    cases.push(Case {
-        name: "rabbitmq-restart".into(),
-        fault: "RabbitMQ restart (stop_app, start_app) with a backlog queued: order-service stopped 1 s \
-                into the sale, the broker restarted 2 s later, order-service started once it is back"
-            .into(),
-        steps: vec![
+    cases.push(Case::new(
+        "rabbitmq-restart",
+        "RabbitMQ restart (stop_app, start_app) with a backlog queued: order-service stopped 1 s \
+         into the sale, the broker restarted 2 s later, order-service started once it is back",
+        vec![
             Wait(before),
             Term(order),
             Wait(Duration::from_secs(2)),
@@ -314,20 +313,14 @@ pub fn all(t: Timing) -> Vec<Case> {
             Back,
         ],
         // Buyers keep arriving after the broker is back (its restart takes several seconds).
-        arrive_over: t.arrive_over + Duration::from_secs(4),
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
-    cases.push(Case {
-        name: "postgres-restart".into(),
-        fault: "PostgreSQL restart while the backlog drains: order-service frozen (SIGSTOP) 1 s into the \
-                sale so a backlog builds, 3 s later PostgreSQL stopped (pg_ctl -m fast: every connection \
-                cut) and order-service resumed into it, PostgreSQL started 2 s later"
-            .into(),
-        steps: vec![
+        t.arrive_over + Duration::from_secs(4),
+    ));
+    cases.push(Case::new(
+        "postgres-restart",
+        "PostgreSQL restart while the backlog drains: order-service frozen (SIGSTOP) 1 s into the \
+         sale so a backlog builds, 3 s later PostgreSQL stopped (pg_ctl -m fast: every connection \
+         cut) and order-service resumed into it, PostgreSQL started 2 s later",
+        vec![
             Wait(before),
             Pause(order),
             Wait(Duration::from_secs(3)),
@@ -338,20 +331,14 @@ pub fn all(t: Timing) -> Vec<Case> {
             Ctl(Server::Postgres, Action::Start),
             Back,
         ],
-        arrive_over: t.arrive_over,
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
-    cases.push(Case {
-        name: "redis-flush-kill".into(),
-        fault: "Redis FLUSHALL + CLIENT KILL TYPE normal with requests queued: order-service stopped 1 s \
-                into the sale, the flush 3 s later, order-service started right after (a Redis restart \
-                without persistence, or a failover to a replica that missed writes)"
-            .into(),
-        steps: vec![
+        t.arrive_over,
+    ));
+    cases.push(Case::new(
+        "redis-flush-kill",
+        "Redis FLUSHALL + CLIENT KILL TYPE normal with requests queued: order-service stopped 1 s \
+         into the sale, the flush 3 s later, order-service started right after (a Redis restart \
+         without persistence, or a failover to a replica that missed writes)",
+        vec![
             Wait(before),
             Term(order),
             Wait(Duration::from_secs(3)),
@@ -360,39 +347,24 @@ pub fn all(t: Timing) -> Vec<Case> {
             Start(order),
             Back,
         ],
-        arrive_over: t.arrive_over,
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
-    cases.push(Case {
-        name: "redis-restart".into(),
-        fault: "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)".into(),
-        steps: vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, Action::Restart), Back],
-        arrive_over: t.arrive_over,
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
-    cases.push(Case {
-        name: format!("order-down-{}s", t.long_outage.as_secs()),
-        fault: format!(
+        t.arrive_over,
+    ));
+    cases.push(Case::new(
+        "redis-restart",
+        "Redis restart mid-sale (SHUTDOWN NOSAVE, then started empty)",
+        vec![Wait(t.fault_at), Fault, Ctl(Server::Redis, Action::Restart), Back],
+        t.arrive_over,
+    ));
+    cases.push(Case::new(
+        format!("order-down-{}s", t.long_outage.as_secs()),
+        format!(
             "order-service down for {:.0} s (SIGTERM 1 s into the sale, started again after the outage): \
              buyers are accepted and wait in the queue",
             secs(t.long_outage)
         ),
-        steps: vec![Wait(before), Fault, Term(order), Wait(t.long_outage), Start(order), Back],
-        arrive_over: t.arrive_over,
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: false,
-        units: None,
-    });
+        vec![Wait(before), Fault, Term(order), Wait(t.long_outage), Start(order), Back],
+        t.arrive_over,
+    ));
     // Buyers following their results on event streams through a Redis restart (the gateways'
     // notice channel drops), a RabbitMQ restart and an order-service outage: every final
     // answer arrives on a stream, once.
@@ -410,59 +382,48 @@ pub fn all(t: Timing) -> Vec<Case> {
         cases.extend(c);
     }
     let outage = Duration::from_secs(10);
-    cases.push(Case {
-        name: "streams-order-down-10s".into(),
-        fault: format!(
-            "order-service down for {:.0} s (SIGTERM 1 s into the sale, started again after the outage); every \
-             buyer follows its result on the gateway's event stream instead of polling",
-            secs(outage)
-        ),
-        steps: vec![Wait(before), Fault, Term(order), Wait(outage), Start(order), Back],
-        arrive_over: t.arrive_over,
-        buckets: 1,
-        replicas: 1,
-        extra: Vec::new(),
-        streams: true,
-        units: None,
-    });
+    let fault = format!(
+        "order-service down for {:.0} s (SIGTERM 1 s into the sale, started again after the outage); every \
+         buyer follows its result on the gateway's event stream instead of polling",
+        secs(outage)
+    );
+    let steps = vec![Wait(before), Fault, Term(order), Wait(outage), Start(order), Back];
+    cases.push(Case { streams: true, ..Case::new("streams-order-down-10s", fault, steps, t.arrive_over) });
     // A gateway killed under a thousand open streams: order-service is frozen while the sale's
     // thousand units are bought, so every accepted buyer's stream is open when gateway replica
     // 1 dies; its buyers reconnect to replica 0, and the orders come once order-service runs.
     let (gateway1, order1) = (Unit::new(Svc::Gateway, 1), Unit::new(Svc::Order, 1));
+    let fault = format!(
+        "two replicas of each service, 1,000 units, every buyer following its result on a stream: both \
+         order-service replicas frozen (SIGSTOP) 1 s into the sale, kill -9 of gateway replica 1 5 s \
+         later with the streams of the accepted buyers open, order-service resumed and the gateway \
+         started again {:.0} s later",
+        secs(t.down)
+    );
+    let steps = vec![
+        Wait(before),
+        Pause(order),
+        Pause(order1),
+        Wait(Duration::from_secs(5)),
+        Fault,
+        Kill9(vec![gateway1]),
+        Wait(t.down),
+        Resume(order),
+        Resume(order1),
+        Start(gateway1),
+        Back,
+    ];
     cases.push(Case {
-        name: "streams-kill9-gateway".into(),
-        fault: format!(
-            "two replicas of each service, 1,000 units, every buyer following its result on a stream: both \
-             order-service replicas frozen (SIGSTOP) 1 s into the sale, kill -9 of gateway replica 1 5 s \
-             later with the streams of the accepted buyers open, order-service resumed and the gateway \
-             started again {:.0} s later",
-            secs(t.down)
-        ),
-        steps: vec![
-            Wait(before),
-            Pause(order),
-            Pause(order1),
-            Wait(Duration::from_secs(5)),
-            Fault,
-            Kill9(vec![gateway1]),
-            Wait(t.down),
-            Resume(order),
-            Resume(order1),
-            Start(gateway1),
-            Back,
-        ],
-        arrive_over: t.arrive_over,
-        buckets: 1,
         replicas: 2,
-        extra: Vec::new(),
         streams: true,
         units: Some(1_000),
+        ..Case::new("streams-kill9-gateway", fault, steps, t.arrive_over)
     });
     // A waiting room of thousands when the fault hits (never a Redis loss with a restart of
     // seckill-service: each keeps what the other loses of when admissions began).
     let p = t.room;
-    let room = |fault: String, steps: Vec<Step>| Case {
-        fault: format!(
+    let room = |name: String, fault: String, steps: Vec<Step>| {
+        let fault = format!(
             "{fault}, {:.0} s after the opening, {} users in a waiting room of {}/s ({} s admissions), joined \
              over the {:.0} s before the opening and the {:.0} s after",
             secs(t.room_fault_at),
@@ -471,58 +432,46 @@ pub fn all(t: Timing) -> Vec<Case> {
             p.admission_secs,
             secs(p.before),
             secs(p.after)
-        ),
-        name: String::new(),
-        steps,
-        arrive_over: p.before + p.after,
-        buckets: 1,
-        replicas: 1,
-        extra: vec![Extra::Room(p)],
-        streams: false,
-        units: None,
+        );
+        Case { extra: vec![Extra::Room(p)], ..Case::new(name, fault, steps, p.before + p.after) }
     };
     for svc in [Svc::Seckill, Svc::Gateway] {
         let unit = Unit::first(svc);
-        cases.push(Case {
-            name: format!("room-kill9-{}", svc.short()),
-            ..room(
-                format!("kill -9 of {}, started again {:.0} s later", svc.name(), secs(t.down)),
-                vec![Wait(t.room_fault_at), Fault, Kill9(vec![unit]), Wait(t.down), Start(unit), Back],
-            )
-        });
+        cases.push(room(
+            format!("room-kill9-{}", svc.short()),
+            format!("kill -9 of {}, started again {:.0} s later", svc.name(), secs(t.down)),
+            vec![Wait(t.room_fault_at), Fault, Kill9(vec![unit]), Wait(t.down), Start(unit), Back],
+        ));
     }
-    cases.push(Case {
-        name: "room-redis-flush".into(),
-        ..room(
-            "Redis FLUSHALL + CLIENT KILL TYPE normal".into(),
-            vec![Wait(t.room_fault_at), Fault, Ctl(Server::Redis, Action::FlushKill), Back],
-        )
-    });
+    cases.push(room(
+        "room-redis-flush".into(),
+        "Redis FLUSHALL + CLIENT KILL TYPE normal".into(),
+        vec![Wait(t.room_fault_at), Fault, Ctl(Server::Redis, Action::FlushKill), Back],
+    ));
     // Last: the fleet grows to two replicas once, at the end of a run.
     let (seckill1, order1) = (Unit::new(Svc::Seckill, 1), Unit::new(Svc::Order, 1));
     cases.push(Case {
-        name: "replicas".into(),
-        fault: format!(
-            "two replicas of every service, buyers spread over both gateways: kill -9 of seckill-service \
-             replica 1 and order-service replica 1 at the same instant mid-sale, both started again {:.0} s \
-             later; one user clicking on both gateways in turn all the while",
-            secs(t.down)
-        ),
-        steps: vec![
-            Wait(t.fault_at),
-            Fault,
-            Kill9(vec![seckill1, order1]),
-            Wait(t.down),
-            Start(seckill1),
-            Start(order1),
-            Back,
-        ],
-        arrive_over: t.arrive_over,
-        buckets: 1,
         replicas: 2,
         extra: vec![Extra::SoldOutEverywhere, Extra::ConsumersShare, Extra::OneLimit],
-        streams: false,
-        units: None,
+        ..Case::new(
+            "replicas",
+            format!(
+                "two replicas of every service, buyers spread over both gateways: kill -9 of seckill-service \
+                 replica 1 and order-service replica 1 at the same instant mid-sale, both started again {:.0} s \
+                 later; one user clicking on both gateways in turn all the while",
+                secs(t.down)
+            ),
+            vec![
+                Wait(t.fault_at),
+                Fault,
+                Kill9(vec![seckill1, order1]),
+                Wait(t.down),
+                Start(seckill1),
+                Start(order1),
+                Back,
+            ],
+            t.arrive_over,
+        )
     });
     cases
 }
