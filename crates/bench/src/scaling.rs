@@ -21,7 +21,8 @@ use clap::Args;
 
 use crate::gate_load::{self, GateArgs, GateReport};
 use seckill_harness::n0;
-use seckill_harness::redis_server::{self, port_open};
+use seckill_harness::ports::port_open;
+use seckill_harness::redis_server;
 
 #[derive(Debug, Clone, Args)]
 pub struct ScalingArgs {

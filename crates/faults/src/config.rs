@@ -71,20 +71,29 @@ impl Config {
         self.units.unwrap_or(if self.quick { 150 } else { 400 })
     }
 
-    /// Refuses a server or service on a standard port.
+    /// Every port the run takes, with the variable that moves it: the servers', then each
+    /// replica's listeners (the gateway's admin one among them).
+    pub(crate) fn taken_ports(&self) -> Vec<(u16, &'static str)> {
+        let servers = [
+            (self.pg_port, "FAULTS_PG_PORT"),
+            (self.redis_port, "FAULTS_REDIS_PORT"),
+            (self.amqp_port, "FAULTS_AMQP_PORT"),
+            (self.rabbit_dist_port, "FAULTS_RABBITMQ_DIST_PORT"),
+        ];
+        let services = (0..MAX_REPLICAS)
+            .flat_map(|k| (0..5).map(move |i| (replica_port(self.http_port + i, k), "FAULTS_HTTP_PORT")));
+        servers.into_iter().chain(services).collect()
+    }
+
+    /// Refuses a server or service on a standard port: the suite restarts and flushes what it
+    /// is given.
     pub(crate) fn check_ports(&self) -> anyhow::Result<()> {
-        for port in [self.pg_port, self.redis_port, self.amqp_port, self.rabbit_dist_port] {
-            if STANDARD_PORTS.contains(&port) {
-                bail!(
-                    "port {port}: the fault suite restarts and flushes its servers; give it private ones on other ports"
-                );
+        match self.taken_ports().into_iter().find(|(p, _)| STANDARD_PORTS.contains(p)) {
+            Some((port, what)) => {
+                bail!("port {port} ({what}) is one of the system's own; give the suite others")
             }
+            None => Ok(()),
         }
-        let ports = (0..MAX_REPLICAS).flat_map(|k| (0..5).map(move |i| (k, i)));
-        if ports.map(|(k, i)| replica_port(self.http_port + i, k)).any(|p| STANDARD_PORTS.contains(&p)) {
-            bail!("--http-port {}: the services would take the system's standard ports", self.http_port);
-        }
-        Ok(())
     }
 
     pub(crate) fn ports(&self) -> servers::Ports {

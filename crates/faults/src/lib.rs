@@ -38,15 +38,16 @@ use futures_util::future::join_all;
 use seckill_common::api::{Goods, Order};
 
 use self::buyers::{BuyerLog, Load};
-use self::cases::{Case, Extra, MAX_REPLICAS, Step, Timing};
+use self::cases::{Case, Extra, Step, Timing};
 pub use self::config::Config;
 use self::replicas::Consumed;
 use self::servers::Servers;
 use self::verdict::{Figures, OrderRow, Outside};
 use seckill_harness::api::{create_sale, dev_token};
 use seckill_harness::client::{Conn, Endpoint};
-use seckill_harness::fleet::{self, Backends, Fleet, Svc, Unit, replica_port};
+use seckill_harness::fleet::{self, Backends, Fleet, Svc, Unit};
 use seckill_harness::invariants::{Check, FinalState};
+use seckill_harness::ports;
 use seckill_harness::signal::Signal;
 
 /// Connections used for the end-of-case reads, and how long those reads may take in all (an
@@ -138,13 +139,18 @@ pub async fn clean(cfg: &Config) -> anyhow::Result<()> {
     }
     let servers = Servers::new(&cfg.scratch, cfg.ports())?;
     servers.stop_all().await;
+    remove_scratch(cfg, &servers)
+}
+
+/// The scratch directory removed, the services' and the servers' logs kept in [`LOGS`] first
+/// (when there are any: the newest evidence there is).
+fn remove_scratch(cfg: &Config, servers: &Servers) -> anyhow::Result<()> {
     if cfg.scratch.join("services").exists() {
-        keep_logs(cfg, &servers)?;
+        keep_logs(cfg, servers)?;
     }
     std::fs::remove_dir_all(&cfg.scratch).with_context(|| format!("removing {}", cfg.scratch.display()))
 }
 
-/// The services' and the servers' logs, copied to [`LOGS`] (the scratch directory goes).
 fn keep_logs(cfg: &Config, servers: &Servers) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(LOGS);
     std::fs::create_dir_all(LOGS)?;
@@ -160,19 +166,6 @@ fn keep_logs(cfg: &Config, servers: &Servers) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The commit under test, with a mark when the working tree differs (the report this suite
-/// writes is not a change to the code it tested).
-fn commit() -> String {
-    let git = |args: &[&str]| std::process::Command::new("git").args(args).output().ok();
-    let Some(head) = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success()) else {
-        return "unknown".into();
-    };
-    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
-    let clean = git(&["diff", "--quiet", "HEAD", "--", ".", ":(exclude)docs/RELIABILITY.md"])
-        .is_some_and(|o| o.status.success());
-    if clean { head } else { format!("{head} (with local changes)") }
-}
-
 /// Starts the private servers, runs the selected cases, stops everything (keeping the logs in
 /// run/faults-logs/) and returns the cases' results (written to [`Config::report_path`]).
 pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
@@ -180,10 +173,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     let timing = Timing::new(cfg.quick);
     let cases = cases::select(timing, cfg.quick, &cfg.cases)?;
     let driver_pid = cfg.scratch.join("seckill-faults.pid");
-    let running = std::fs::read_to_string(&driver_pid).ok().and_then(|p| p.trim().parse::<u32>().ok());
-    if let Some(pid) = running.filter(|pid| {
-        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("seckill-faults"))
-    }) {
+    if let Some(pid) = fleet::running(&driver_pid, "seckill-faults") {
         bail!("a fault run is in progress (pid {pid}); `seckill-faults --clean` (scripts/down.sh) stops it");
     }
     println!("faults: removing what an interrupted run may have left ({})", cfg.scratch.display());
@@ -191,22 +181,13 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     std::fs::create_dir_all(&cfg.scratch)?;
     std::fs::write(&driver_pid, format!("{}\n", std::process::id()))?;
     let servers = Servers::new(&cfg.scratch, cfg.ports())?;
-    for (port, what) in [
-        (cfg.pg_port, "FAULTS_PG_PORT"),
-        (cfg.redis_port, "FAULTS_REDIS_PORT"),
-        (cfg.amqp_port, "FAULTS_AMQP_PORT"),
-        (cfg.rabbit_dist_port, "FAULTS_RABBITMQ_DIST_PORT"),
-    ]
-    .into_iter()
-    .chain(
-        (0..MAX_REPLICAS)
-            .flat_map(|k| (0..5).map(move |i| (replica_port(cfg.http_port + i, k), "FAULTS_HTTP_PORT"))),
-    ) {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+    for (port, what) in cfg.taken_ports() {
+        if ports::port_open(port).await {
             bail!("port {port} ({what}) is in use; free it or choose another");
         }
     }
-    let (started_at, commit) = (Utc::now(), commit());
+    // The report this suite writes is not a change to the code it tested.
+    let (started_at, commit) = (Utc::now(), seckill_harness::git_commit(&["docs/RELIABILITY.md"]));
     let mut fleet = Fleet::new(
         &cfg.bin_dir,
         &cfg.scratch,
@@ -248,8 +229,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<Vec<CaseResult>> {
     };
     fleet.stop_all().await;
     servers.stop_all().await;
-    keep_logs(cfg, &servers)?;
-    std::fs::remove_dir_all(&cfg.scratch)?;
+    remove_scratch(cfg, &servers)?;
     println!("faults: servers stopped, {} removed; the logs are in {LOGS}/", cfg.scratch.display());
     outcome?;
 
@@ -781,5 +761,11 @@ pub(crate) mod tests {
         ] {
             assert!(bad.check_ports().is_err(), "{bad:?}");
         }
+        // Every port the run takes, none twice: the four servers', five listeners a replica.
+        let ports = config().taken_ports();
+        assert_eq!(ports.len(), 4 + 5 * cases::MAX_REPLICAS);
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().map(|(p, _)| *p).collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(ports.contains(&(28094, "FAULTS_HTTP_PORT")), "replica 1's admin listener: {ports:?}");
     }
 }

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
-use seckill_harness::redis_server::{self, await_port, port_open};
+use seckill_harness::ports::{await_port, port_open};
+use seckill_harness::redis_server;
 
 use super::cases::Server;
 

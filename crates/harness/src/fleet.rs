@@ -676,19 +676,23 @@ pub fn stop_leftovers(dir: &Path) -> Vec<String> {
         };
         let binary =
             stem.rsplit_once('-').filter(|(_, k)| k.parse::<usize>().is_ok()).map_or(stem, |(name, _)| name);
-        let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok());
-        if let Some(pid) = pid {
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-            if exe.as_deref().and_then(Path::file_name).is_some_and(|n| n == binary) {
-                let _ = signal::send(pid, Signal::CONT);
-                if signal::send(pid, Signal::KILL).is_ok() {
-                    killed.push(format!("{stem} (pid {pid})"));
-                }
+        if let Some(pid) = running(&path, binary) {
+            let _ = signal::send(pid, Signal::CONT);
+            if signal::send(pid, Signal::KILL).is_ok() {
+                killed.push(format!("{stem} (pid {pid})"));
             }
         }
         let _ = std::fs::remove_file(&path);
     }
     killed
+}
+
+/// The pid in `pid_file` when that process is alive and runs the binary `binary` (a stale file's
+/// pid may have been reused by another program).
+pub fn running(pid_file: &Path, binary: &str) -> Option<u32> {
+    let pid = std::fs::read_to_string(pid_file).ok()?.trim().parse::<u32>().ok()?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    (exe.file_name()? == binary).then_some(pid)
 }
 
 /// The last `n` lines of a file (for an error message).

@@ -3,10 +3,12 @@
 //! daemonized and stopped with `SHUTDOWN NOSAVE`. A restart loses every key, on purpose.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::process::Command;
+
+use crate::ports::await_port;
 
 pub fn url(port: u16) -> String {
     format!("redis://127.0.0.1:{port}")
@@ -49,23 +51,4 @@ pub async fn stop(port: u16) -> anyhow::Result<()> {
     // The server closes the connection instead of answering.
     let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query_async(&mut conn).await;
     await_port(port, false, Duration::from_secs(30)).await.context("redis-server did not stop")
-}
-
-/// Does something accept connections on the loopback port?
-pub async fn port_open(port: u16) -> bool {
-    tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(("127.0.0.1", port)))
-        .await
-        .is_ok_and(|c| c.is_ok())
-}
-
-/// Waits until the port accepts connections (`open`) or refuses them.
-pub async fn await_port(port: u16, open: bool, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while port_open(port).await != open {
-        if Instant::now() > deadline {
-            bail!("port {port} still {} after {} s", if open { "closed" } else { "open" }, within.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }

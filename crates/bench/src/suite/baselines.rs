@@ -265,13 +265,9 @@ pub async fn versions(a: &SuiteArgs) -> std::collections::BTreeMap<String, Strin
         let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await.ok()?;
         info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(|v| v.trim().to_owned())
     };
-    let commit = first_line("git", &["rev-parse", "--short", "HEAD"]).await.map(|c| {
-        let clean = std::process::Command::new("git")
-            .args(["diff", "--quiet", "HEAD"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if clean { c } else { format!("{c} (with local changes)") }
-    });
+    // What the run itself writes is not a change to the code it measured.
+    let (out, doc) = (a.out.display().to_string(), a.doc.display().to_string());
+    let commit = seckill_harness::git_commit(&[&out, &doc]);
     let unknown = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
     [
         ("rustc", unknown(first_line("rustc", &["--version"]).await)),
@@ -281,7 +277,7 @@ pub async fn versions(a: &SuiteArgs) -> std::collections::BTreeMap<String, Strin
             "RabbitMQ (Debian package)",
             unknown(first_line("dpkg-query", &["-W", "-f", "${Version}\n", "rabbitmq-server"]).await),
         ),
-        ("git commit", unknown(commit)),
+        ("git commit", commit),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

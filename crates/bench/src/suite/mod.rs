@@ -153,6 +153,11 @@ impl Cmd {
     fn args<D: std::fmt::Display>(self, flag: &str, values: impl IntoIterator<Item = D>) -> Self {
         values.into_iter().fold(self, |c, v| c.arg(flag, v))
     }
+
+    /// `--gateway-setting key=value` for each, as the report records them.
+    fn gateway_settings(self, settings: &[(&str, &str)]) -> Self {
+        self.args("--gateway-setting", settings.iter().map(|(k, v)| format!("{k}={v}")))
+    }
 }
 
 /// The run in progress: where its reports go, its notes.
@@ -166,15 +171,17 @@ struct Run {
 }
 
 impl Run {
-    /// `<out>/<name>[.<k>].json`, and `--chart <out>/<name>.svg` when `chart`.
-    fn files(&self, cmd: Cmd, name: &str, k: Option<u32>, chart: bool) -> Cmd {
-        let stem = k.map_or(name.to_owned(), |k| format!("{name}.{k}"));
+    /// Runs one measurement, `name` (its `k`-th run when repeated), its report written to
+    /// `<out>/<name>[.<k>].json` and, when `chart`, its chart to `<out>/<name>.svg`; its failure
+    /// becomes a note.
+    async fn measure(&mut self, cmd: Cmd, name: &str, k: Option<u32>, chart: bool) {
+        let (label, stem) = match k {
+            Some(k) => (format!("{name} #{k}"), format!("{name}.{k}")),
+            None => (name.to_owned(), name.to_owned()),
+        };
         let cmd = cmd.arg("--json", self.out.join(format!("{stem}.json")).display());
-        if chart { cmd.arg("--chart", self.out.join(format!("{name}.svg")).display()) } else { cmd }
-    }
-
-    /// Runs one measurement; its failure becomes a note.
-    async fn measure(&mut self, label: &str, cmd: Cmd) {
+        let cmd =
+            if chart { cmd.arg("--chart", self.out.join(format!("{name}.svg")).display()) } else { cmd };
         eprintln!("\nbench: {label}: seckill-bench {}", cmd.0.join(" "));
         let status = tokio::process::Command::new(&self.bench)
             .args(&cmd.0)
@@ -273,17 +280,15 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
     // extra ones it involves, by name.
     let pid_dir = system.pid_dir();
     let watch = |cmd: Cmd| cmd.arg("--run-dir", pid_dir.display());
-    let shared = |cmd: Cmd| {
-        cmd.args("--gateway-setting", system::SHARED_SETTINGS.iter().map(|(k, v)| format!("{k}={v}")))
-    };
+    let shared = |cmd: Cmd| cmd.gateway_settings(&system::SHARED_SETTINGS);
     let [hop_pid, forwarded_pid, twin_pid] = Extra::ALL.map(|e| system.pid_arg(e));
     let hop_pids = [hop_pid.clone(), system.upstream_pid_arg()];
 
     // Phase A: path tokens required.
     let cmd = watch(Cmd::new("seed").arg("--gateway", &gw));
-    run.measure("seed", run.files(cmd, names::SEED, None, true)).await;
+    run.measure(cmd, names::SEED, None, true).await;
     let cmd = watch(Cmd::new("spike").arg("--gateway", &gw).arg("--users", s.spike_users));
-    run.measure("spike", run.files(cmd, names::SPIKE, None, true)).await;
+    run.measure(cmd, names::SPIKE, None, true).await;
     // 600 clicks at 200/s (40 times the buy limit) for 3 s: long enough that the bucket's
     // refill, not only its burst, is in what the limit lets through.
     let hot = |cmd: Cmd| {
@@ -294,13 +299,13 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
             .arg("--buy-burst", seckill_harness::fleet::BUY_BURST)
     };
     let cmd = hot(Cmd::new("hot-user").arg("--gateway", &gw).arg("--first-user", 900_000));
-    run.measure("hot-user", run.files(cmd, names::HOT_USER, None, true)).await;
+    run.measure(cmd, names::HOT_USER, None, true).await;
     // The same clicks over two gateways sharing their limits (another user: its own bucket).
     let cmd = hot(Cmd::new("hot-user").arg("--name", names::HOT_USER_TWO))
         .arg("--gateway", format!("{gw},{twin}"))
         .arg("--first-user", 900_001)
         .arg("--pid", &twin_pid);
-    run.measure("hot-user-two-gateways", run.files(cmd, names::HOT_USER_TWO, None, false)).await;
+    run.measure(cmd, names::HOT_USER_TWO, None, false).await;
 
     // Phase B: orders without a path token.
     system.restart_seckill_without_tokens().await?;
@@ -311,16 +316,12 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
                 Cmd::new("http").arg("--name", name).arg("--url", url).arg("-c", 200).arg("--duration", secs),
             )
         };
-        run.measure(
-            &format!("gateway-healthz #{k}"),
-            run.files(http(names::HEALTHZ, format!("{gw}/healthz")), names::HEALTHZ, Some(k), false),
-        )
-        .await;
+        run.measure(http(names::HEALTHZ, format!("{gw}/healthz")), names::HEALTHZ, Some(k), false).await;
         let cmd =
             http(names::UPSTREAM, format!("{}/api/goods", system.upstream_url())).args("--pid", &hop_pids);
-        run.measure(&format!("upstream-direct #{k}"), run.files(cmd, names::UPSTREAM, Some(k), false)).await;
+        run.measure(cmd, names::UPSTREAM, Some(k), false).await;
         let cmd = http(names::HOP, format!("{hop}/api/goods")).args("--pid", &hop_pids);
-        run.measure(&format!("hop #{k}"), run.files(cmd, names::HOP, Some(k), k == 1)).await;
+        run.measure(cmd, names::HOP, Some(k), k == 1).await;
         let sold_out = |name: &str, gateway: &str, first: i64| {
             watch(Cmd::new("sold-out").arg("--name", name).arg("--gateway", gateway))
                 .flag("--no-path-token")
@@ -330,26 +331,18 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
                 .arg("--first-user", first + i64::from(k) * 20_000)
         };
         let cmd = shared(sold_out(names::SOLD_OUT, &gw, 200_000));
-        run.measure(&format!("sold-out #{k}"), run.files(cmd, names::SOLD_OUT, Some(k), k == 1)).await;
+        run.measure(cmd, names::SOLD_OUT, Some(k), k == 1).await;
         // The hop gateway's limits stay in its own memory; its stock upstream is the trivial
         // server, so the sale is created and read back through the system's gateway.
         let cmd = sold_out(names::SOLD_OUT_PER_REPLICA, &hop, 5_000_000)
             .arg("--admin-gateway", &gw)
-            .args("--gateway-setting", Extra::Hop.settings().iter().map(|(k, v)| format!("{k}={v}")))
+            .gateway_settings(Extra::Hop.settings())
             .arg("--pid", &hop_pid);
-        run.measure(
-            &format!("sold-out-per-replica #{k}"),
-            run.files(cmd, names::SOLD_OUT_PER_REPLICA, Some(k), false),
-        )
-        .await;
+        run.measure(cmd, names::SOLD_OUT_PER_REPLICA, Some(k), false).await;
         let cmd = sold_out(names::SOLD_OUT_FORWARDED, &forwarded, 6_000_000)
-            .args("--gateway-setting", Extra::Forwarded.settings().iter().map(|(k, v)| format!("{k}={v}")))
+            .gateway_settings(Extra::Forwarded.settings())
             .arg("--pid", &forwarded_pid);
-        run.measure(
-            &format!("sold-out-forwarded #{k}"),
-            run.files(cmd, names::SOLD_OUT_FORWARDED, Some(k), false),
-        )
-        .await;
+        run.measure(cmd, names::SOLD_OUT_FORWARDED, Some(k), false).await;
     }
 
     // A waiting room: joins set against the hop, polls against sold-out; a quarter of the
@@ -363,7 +356,7 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
         .arg("--poll-secs", secs)
         .arg("--first-user", 30_000_000)
         .arg("--memory-prefix", format!("{PREFIX}:room-memory:"));
-    run.measure("room", run.files(cmd, names::ROOM, None, true)).await;
+    run.measure(cmd, names::ROOM, None, true).await;
 
     // Buyers' event streams, on a system of its own on the same servers.
     let cmd = Cmd::new("push")
@@ -374,14 +367,14 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
         .arg("--streams", s.push_streams)
         .arg("--rate", 5_000)
         .arg("--spike-buyers", 4_000);
-    run.measure("push", run.files(cmd, names::PUSH, None, false)).await;
+    run.measure(cmd, names::PUSH, None, false).await;
 
     for k in 1..=s.repeat {
         let cmd = watch(Cmd::new("amqp-publish"))
             .arg("--messages", s.amqp_messages)
             .arg("--in-flight", 1_000)
             .arg("--queue", baselines::amqp_scratch_queue());
-        run.measure(&format!("amqp-publish #{k}"), run.files(cmd, names::AMQP, Some(k), false)).await;
+        run.measure(cmd, names::AMQP, Some(k), false).await;
     }
     baselines::redis(a, s, &run.out)
         .await
@@ -398,27 +391,23 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
             .arg("-c", connections)
             .arg("--first-user", first)
     };
-    run.measure(
-        "drain",
-        run.files(drain(names::DRAIN, s.drain_users, 500, 1_000_000), names::DRAIN, None, true),
-    )
-    .await;
+    run.measure(drain(names::DRAIN, s.drain_users, 500, 1_000_000), names::DRAIN, None, true).await;
     // The consumer alone: order-service paused while the orders are accepted, resumed when
     // the load ends, so it drains the whole backlog with nothing else arriving.
     let cmd =
         drain(names::DRAIN_BACKLOG, s.drain_users, 500, 4_000_000).arg("--pause-pid", system.order_pid()?);
-    run.measure("drain-backlog", run.files(cmd, names::DRAIN_BACKLOG, None, true)).await;
+    run.measure(cmd, names::DRAIN_BACKLOG, None, true).await;
     // The synchronous design beside it: one transaction per buy, same buys, stock and
     // connections, on the same PostgreSQL, in a throw-away database.
     let cmd =
         watch(Cmd::new("sync")).arg("--buys", s.drain_users).arg("--stock", s.drain_users * 2).arg("-c", 500);
-    run.measure("sync", run.files(cmd, names::SYNC, None, true)).await;
+    run.measure(cmd, names::SYNC, None, true).await;
 
     // The p99 target at a rate the system should hold: 0.6 x the RabbitMQ confirm baseline.
     if let Some(amqp) = run.figure(names::AMQP, Metric::Primary, names::ACCEPT_AT_RATE) {
         let cmd =
             drain(names::ACCEPT_AT_RATE, s.rate_users, 500, 2_000_000).arg("--rate", (amqp * 0.6).round());
-        run.measure("accept-at-rate", run.files(cmd, names::ACCEPT_AT_RATE, None, true)).await;
+        run.measure(cmd, names::ACCEPT_AT_RATE, None, true).await;
     }
     // At a rate this system sustains, then past it: 0.8, 2 and 5 x drain's accepted rate. What
     // is past capacity should be shed with 503 BUSY; 2,000 connections, so that the clicks do
@@ -426,12 +415,12 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
     if let Some(rate) = run.figure(names::DRAIN, Metric::Accepted, names::ACCEPT_SUSTAINED) {
         let cmd =
             drain(names::ACCEPT_SUSTAINED, s.rate_users, 500, 3_000_000).arg("--rate", (rate * 0.8).round());
-        run.measure("accept-sustained", run.files(cmd, names::ACCEPT_SUSTAINED, None, true)).await;
+        run.measure(cmd, names::ACCEPT_SUSTAINED, None, true).await;
         for (times, name) in [(2, names::OVERLOAD), (5, names::OVERLOAD_5X)] {
             let users = s.rate_users * 5 * times / 4;
             let cmd = drain(name, users, 2_000, 7_000_000 + times as i64 * 1_000_000)
                 .arg("--rate", (rate * times as f64).round());
-            run.measure(name, run.files(cmd, name, None, true)).await;
+            run.measure(cmd, name, None, true).await;
         }
     }
 
@@ -444,7 +433,7 @@ async fn measure_all(a: &SuiteArgs, s: &Sizes, system: &mut System, run: &mut Ru
         .arg("--order-ttl-secs", s.storm_ttl_secs)
         .arg("--pause-pid", system.order_pid()?)
         .arg("--first-user", 8_000_000);
-    run.measure("storm", run.files(cmd, names::STORM, None, true)).await;
+    run.measure(cmd, names::STORM, None, true).await;
     Ok(())
 }
 

@@ -2,15 +2,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use tokio::process::{Child, Command};
 
 use super::{PREFIX, SuiteArgs};
 use crate::cleanup;
-use crate::client::{Conn, Endpoint, Req};
 use crate::fleet::{self, Backends, Fleet, Svc, Unit};
+use seckill_harness::ports;
 
 /// The settings the system's gateways run with that the reports record (`key`, `value`): set
 /// explicitly (they are the gateway's defaults), so the record cannot drift from them.
@@ -118,7 +118,9 @@ impl System {
             .context("starting seckill-bench upstream")?;
         std::fs::write(&upstream_pid_file, format!("{}\n", upstream.id().unwrap_or(0)))?;
         let upstream_url = format!("http://127.0.0.1:{upstream_port}");
-        await_ok(&upstream_url, "/").await.context("the trivial upstream")?;
+        ports::await_port(upstream_port, true, Duration::from_secs(30))
+            .await
+            .context("the trivial upstream")?;
 
         for extra in Extra::ALL {
             let unit = extra.unit();
@@ -197,17 +199,4 @@ impl System {
             eprintln!("bench: the scratch data was not all removed: {e:#}");
         }
     }
-}
-
-/// Waits up to 30 s for `GET path` to answer 200.
-async fn await_ok(base: &str, path: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let mut conn = Conn::new(Endpoint::parse(base)?, Duration::from_secs(2));
-    while conn.send(Req::get(path)).await.status != 200 {
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("{base}{path} does not answer 200 after 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
