@@ -118,7 +118,7 @@ impl Servers {
         }
         if self.dir.join("pg/data/postmaster.pid").exists() {
             println!("faults: stopping the private PostgreSQL (port {})", self.ports.pg);
-            let _ = self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]).await;
+            let _ = self.pg_stop().await;
         }
         if port_open(self.ports.amqp).await || self.dir.join("rabbitmq/rabbit.pid").exists() {
             println!("faults: stopping the private RabbitMQ node {RABBIT_NODE}");
@@ -130,24 +130,17 @@ impl Servers {
     pub async fn control(&self, server: Server, action: Action) -> anyhow::Result<Duration> {
         let started = Instant::now();
         match (server, action) {
-            (Server::Postgres, Action::Start) => {
-                let log = self.dir.join("pg/postgres.log").display().to_string();
-                self.pg_ctl(&["-l", &log, "-w", "-t", "60", "start"]).await?;
-            }
-            (Server::Postgres, Action::Stop) => {
-                self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]).await?
-            }
+            (Server::Postgres, Action::Start) => self.pg_start().await?,
+            (Server::Postgres, Action::Stop) => self.pg_stop().await?,
             (Server::Postgres, Action::Restart) => {
-                Box::pin(self.control(server, Action::Stop)).await?;
-                Box::pin(self.control(server, Action::Start)).await?;
+                self.pg_stop().await?;
+                self.pg_start().await?;
             }
-            (Server::Redis, Action::Start) => {
-                redis_server::start(&self.dir.join("redis"), self.ports.redis, false).await?;
-            }
+            (Server::Redis, Action::Start) => self.redis_start().await?,
             (Server::Redis, Action::Stop) => redis_server::stop(self.ports.redis).await?,
             (Server::Redis, Action::Restart) => {
                 redis_server::stop(self.ports.redis).await?;
-                redis_server::start(&self.dir.join("redis"), self.ports.redis, false).await?;
+                self.redis_start().await?;
             }
             (Server::Redis, Action::FlushKill) => {
                 let mut conn =
@@ -248,6 +241,19 @@ impl Servers {
         } else {
             Command::new(path)
         }
+    }
+
+    async fn pg_start(&self) -> anyhow::Result<()> {
+        let log = self.dir.join("pg/postgres.log").display().to_string();
+        self.pg_ctl(&["-l", &log, "-w", "-t", "60", "start"]).await
+    }
+
+    async fn pg_stop(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]).await
+    }
+
+    async fn redis_start(&self) -> anyhow::Result<()> {
+        redis_server::start(&self.dir.join("redis"), self.ports.redis, false).await
     }
 
     async fn pg_ctl(&self, args: &[&str]) -> anyhow::Result<()> {
