@@ -16,15 +16,17 @@ pub mod redis_server;
 pub mod signal;
 
 /// The commit checked out (short), with " (with local changes)" when the working tree differs
-/// from it outside `excluding` (pathspecs: what the run itself writes); "unknown" outside git.
+/// from it outside `excluding` (paths relative to the checkout: what the run itself writes; an
+/// absolute one is outside it, and git refuses it as a pathspec); "unknown" outside git.
 pub fn git_commit(excluding: &[&str]) -> String {
     let git = |args: &[&str]| std::process::Command::new("git").args(args).output().ok();
     let Some(head) = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success()) else {
         return "unknown".into();
     };
     let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
-    let pathspecs: Vec<String> =
-        std::iter::once(".".to_owned()).chain(excluding.iter().map(|p| format!(":(exclude){p}"))).collect();
+    let pathspecs: Vec<String> = std::iter::once(".".to_owned())
+        .chain(excluding.iter().filter(|p| !p.starts_with('/')).map(|p| format!(":(exclude){p}")))
+        .collect();
     let mut args = vec!["diff", "--quiet", "HEAD", "--"];
     args.extend(pathspecs.iter().map(String::as_str));
     let clean = git(&args).is_some_and(|o| o.status.success());
@@ -56,6 +58,7 @@ mod tests {
             all_excluded.len() >= 7 && all_excluded.chars().all(|c| c.is_ascii_hexdigit()),
             "{all_excluded}"
         );
+        assert_eq!(git_commit(&[".", "/tmp/elsewhere"]), all_excluded, "a path outside is no pathspec");
         let whole = git_commit(&[]);
         assert!(whole == all_excluded || whole == format!("{all_excluded} (with local changes)"), "{whole}");
     }
