@@ -3,7 +3,6 @@
 //! the process with the key named instead of failing on the first request.
 
 use std::num::NonZeroU32;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use seckill_common::config::{
@@ -100,15 +99,11 @@ pub struct StorefrontSettings {
     /// How long a rendered page is served before one request renders it again (also its
     /// `Cache-Control: max-age`): a replica asks stock-service at most once per page this often.
     pub refresh_secs: u64,
-    /// Where to write the pages too (`index.html`, `sales/<id>.html`, `admin.html`,
-    /// `static/...`), for a web server or CDN to serve the same files; rewritten every
-    /// `refresh_secs`. Unset: memory only.
-    pub dir: Option<PathBuf>,
 }
 
 impl Default for StorefrontSettings {
     fn default() -> Self {
-        Self { refresh_secs: 10, dir: None }
+        Self { refresh_secs: 10 }
     }
 }
 
@@ -419,12 +414,6 @@ impl ServiceSettings for Settings {
                 format!("must be at most {MAX_STOREFRONT_REFRESH_SECS}"),
             ));
         }
-        if self.storefront.dir.as_deref().is_some_and(|d| d.as_os_str().to_string_lossy().trim().is_empty()) {
-            return Err(ConfigError::at(
-                "storefront.dir",
-                "is empty; unset it to keep the pages in memory only",
-            ));
-        }
         ConfigError::check_positive("rate_limit.cleanup_interval_secs", self.rate_limit.cleanup_interval_secs)
     }
 }
@@ -651,19 +640,18 @@ mod tests {
     #[test]
     fn storefront_settings_are_checked() {
         let s = valid();
-        assert_eq!((s.storefront.refresh_secs, s.storefront.dir.as_deref()), (10, None));
+        assert_eq!(s.storefront.refresh_secs, 10);
         let mut s = valid();
         s.storefront.refresh_secs = 0;
         assert!(s.validate().unwrap_err().to_string().contains("SECKILL__STOREFRONT__REFRESH_SECS"));
         s.storefront.refresh_secs = MAX_STOREFRONT_REFRESH_SECS + 1;
         assert!(s.validate().unwrap_err().to_string().contains("storefront.refresh_secs"));
-        let mut s = valid();
-        s.storefront.dir = Some(PathBuf::from(" "));
-        assert!(s.validate().unwrap_err().to_string().contains("storefront.dir"));
-        let s: Settings =
-            serde_json::from_str(r#"{"storefront": {"refresh_secs": 3, "dir": "/srv/shop"}}"#).unwrap();
-        assert_eq!((s.storefront.refresh_secs, s.storefront.dir), (3, Some(PathBuf::from("/srv/shop"))));
+        let s: Settings = serde_json::from_str(r#"{"storefront": {"refresh_secs": 3}}"#).unwrap();
+        assert_eq!(s.storefront.refresh_secs, 3);
         assert!(serde_json::from_str::<Settings>(r#"{"storefront": {"ttl": 3}}"#).is_err());
+        // The pages are no longer written to a directory: a configuration that still says where
+        // is refused at the start rather than silently ignored.
+        assert!(serde_json::from_str::<Settings>(r#"{"storefront": {"dir": "/srv/shop"}}"#).is_err());
     }
 
     #[test]

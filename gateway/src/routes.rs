@@ -21,7 +21,7 @@ use crate::push;
 use crate::rate_limit::{Class, Who};
 use crate::sale_state;
 use crate::state::{Gateway, goods_of};
-use crate::storefront::{self, Storefront};
+use crate::storefront;
 
 /// One public route: the one list that both registers the routes and is checked against the
 /// OpenAPI document, so no route goes undocumented. The methods of one path share one
@@ -366,7 +366,7 @@ async fn admin_seckill(
     let res = gateway.pass_as_user(Service::Seckill, Class::Admin, &req, payload).await?;
     // Only a new sale is answered 201: the storefront lists it at once.
     if res.status() == actix_web::http::StatusCode::CREATED {
-        Storefront::sale_created(&gateway);
+        gateway.storefront.sale_created();
     }
     Ok(res)
 }

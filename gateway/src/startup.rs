@@ -12,7 +12,7 @@ use seckill_common::keys::RedisKeys;
 use seckill_common::trust::{Peer, Trust};
 use seckill_infra::redis::{Redis, RedisUse};
 use seckill_web::shed::InFlight;
-use seckill_web::{Application, Door, Lifecycle, Service, Ticker};
+use seckill_web::{Application, Door, Lifecycle, Service};
 
 use crate::auth::Authenticator;
 use crate::closed::ClosedSales;
@@ -72,7 +72,6 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         &settings.redis,
         keys,
     )?);
-    storefront.prepare_dir().await?;
     let gateway = web::Data::new(Gateway {
         auth,
         proxy,
@@ -89,7 +88,6 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
 
     let dev_tokens = settings.auth.dev_tokens;
     let public = gateway.clone();
-    let gateway_for_files = gateway.clone();
     let gateway_for_rooms = gateway.clone();
     let (server, port) = seckill_web::serve(&settings.http, STANDARD_PORT, Door::Public, move |cfg| {
         routes::configure(cfg, public.clone(), dev_tokens);
@@ -107,9 +105,6 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
     limits.spawn_cleanup(&lifecycle, settings.rate_limit.cleanup_interval());
     rooms::spawn_reader(&lifecycle, gateway_for_rooms);
     push::spawn_channel(&lifecycle, push);
-    if settings.storefront.dir.is_some() {
-        spawn_storefront_writer(&lifecycle, gateway_for_files, settings.storefront.refresh());
-    }
     if dev_tokens {
         tracing::warn!("auth.dev_tokens is on: anyone can mint a token at POST /api/auth/dev-token");
     }
@@ -121,20 +116,6 @@ async fn start(settings: Settings) -> anyhow::Result<(Application, u16)> {
         "gateway upstreams and admin listener"
     );
     Ok((Application::new(port, server, lifecycle).with_extra_server(admin), admin_port))
-}
-
-/// With `storefront.dir` set, renders every page into it every `every`: the files' readers
-/// (a web server, a CDN) ask the gateway nothing, so no request would render them.
-fn spawn_storefront_writer(lifecycle: &Lifecycle, gateway: web::Data<Gateway>, every: Duration) {
-    let cancel = lifecycle.cancel.clone();
-    lifecycle.spawn(async move {
-        let mut ticker = Ticker::new(every);
-        while ticker.tick(&cancel).await {
-            if let Err(e) = gateway.storefront.render_all(&gateway.proxy).await {
-                tracing::warn!(error = %e, "storefront: the pages in storefront.dir were not rendered");
-            }
-        }
-    });
 }
 
 /// The shared buckets, when `rate_limit.shared`. Nothing is connected yet: the first request

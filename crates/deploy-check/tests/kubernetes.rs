@@ -25,6 +25,8 @@ const DEFAULT_GRACE_SECS: u64 = 30;
 /// The container serving the storefront's files next to the gateway, and its port.
 const STOREFRONT: &str = "storefront";
 const STOREFRONT_PORT: u64 = 8088;
+/// nginx.conf's `proxy_cache_path ... max_size=64m`: what its /tmp must hold, and more.
+const NGINX_CACHE_MIB: u64 = 64;
 
 /// Each service's public port, where the other services serve /metrics.
 fn port_of(binary: &str) -> u64 {
@@ -267,7 +269,7 @@ fn check_deployments(f: &mut Failures, overlay: &str, docs: &[Value]) {
         match containers.get(1..).unwrap_or_default() {
             [] => {}
             [side] if binary == "gateway" && side["name"].as_str() == Some(STOREFRONT) => {
-                check_storefront(f, &at, pod, c, side, docs);
+                check_storefront(f, &at, pod, side);
             }
             _ => f.fail(&at, "expected one container (the gateway: or its `storefront` beside it)"),
         }
@@ -382,9 +384,9 @@ fn check_deployments(f: &mut Failures, overlay: &str, docs: &[Value]) {
 }
 
 /// The storefront's nginx beside the gateway: the official image, locked down as the gateway
-/// is, probed, serving on its port the files the gateway writes (its storefront.dir, a volume
-/// both mount, nginx read-only) with the nginx.conf of the component.
-fn check_storefront(f: &mut Failures, at: &str, pod: &Value, gateway: &Value, side: &Value, docs: &[Value]) {
+/// is, probed, caching the gateway's pages on a bounded /tmp, with the nginx.conf of the
+/// component.
+fn check_storefront(f: &mut Failures, at: &str, pod: &Value, side: &Value) {
     let at = format!("{at}: container {STOREFRONT}");
     let image = side["image"].as_str().unwrap_or_default();
     if !Regex::new(r"^nginx(:[\w.-]+)?$").unwrap().is_match(image) {
@@ -418,25 +420,25 @@ fn check_storefront(f: &mut Failures, at: &str, pod: &Value, gateway: &Value, si
             }
         }
     }
-    // The files: the gateway writes them where nginx reads them.
     let mount = |c: &Value, path: &str| {
         items(&c["volumeMounts"])
             .iter()
             .find(|m| m["mountPath"].as_str() == Some(path))
             .map(|m| (scalar(&m["name"]), m["readOnly"].as_bool().unwrap_or(false)))
     };
-    let dir = container_env(docs, gateway).get("SECKILL__STOREFRONT__DIR").cloned().flatten();
-    let written = dir.as_deref().and_then(|d| mount(gateway, d));
-    let read = mount(side, "/srv/storefront");
-    match (written, read) {
-        (Some((w, false)), Some((r, true))) if w == r => {}
-        _ => f.fail(
+    // Its cache: on a read-only root, /tmp must be a writable emptyDir of bounded size, larger
+    // than nginx.conf's proxy_cache_path max_size.
+    let cache = mount(side, "/tmp").filter(|(_, read_only)| !read_only).and_then(|(name, _)| {
+        items(&pod["volumes"]).iter().find(|v| scalar(&v["name"]) == name).map(|v| v["emptyDir"].clone())
+    });
+    let bounded = cache.as_ref().and_then(|d| d["sizeLimit"].as_str()).and_then(mebibytes);
+    if bounded.is_none_or(|size| size <= NGINX_CACHE_MIB) {
+        f.fail(
             &at,
             format!(
-                "the gateway's SECKILL__STOREFRONT__DIR ({dir:?}) must be a volume it writes and nginx mounts \
-                 read-only at /srv/storefront (nginx.conf's root)"
+                "/tmp (nginx's cache) must be a writable emptyDir with a sizeLimit above {NGINX_CACHE_MIB}Mi"
             ),
-        ),
+        );
     }
     let config = mount(side, "/etc/nginx/nginx.conf").map(|(name, _)| name);
     let from_map = items(&pod["volumes"])
@@ -628,7 +630,7 @@ fn a_policy_rule_admits_its_sources_on_its_ports() {
 }
 
 #[test]
-fn a_writable_storefront_or_miscounted_hops_is_refused() {
+fn a_writable_root_an_unbounded_cache_or_miscounted_hops_is_refused() {
     if !have("kubectl", "it renders deploy/k8s/overlays/*") {
         return;
     }
@@ -641,9 +643,9 @@ fn a_writable_storefront_or_miscounted_hops_is_refused() {
                 let side = &mut pod["containers"][1];
                 assert_eq!(side["name"].as_str(), Some(STOREFRONT), "the dev overlay has the storefront");
                 side["securityContext"]["readOnlyRootFilesystem"] = false.into();
-                for m in side["volumeMounts"].as_sequence_mut().unwrap() {
-                    if m["mountPath"].as_str() == Some("/srv/storefront") {
-                        m["readOnly"] = false.into();
+                for v in pod["volumes"].as_sequence_mut().unwrap() {
+                    if v["name"].as_str() == Some("storefront-tmp") {
+                        v["emptyDir"]["sizeLimit"] = Value::Null;
                     }
                 }
             }
@@ -660,10 +662,38 @@ fn a_writable_storefront_or_miscounted_hops_is_refused() {
     let all = f.messages().join("\n");
     for expected in [
         "needs readOnlyRootFilesystem",
-        "nginx mounts read-only at /srv/storefront",
+        "/tmp (nginx's cache) must be a writable emptyDir with a sizeLimit",
         "needs hostAliases gateway -> 127.0.0.1",
         "TRUSTED_PROXY_HOPS is 1, but 2 proxies stand in front",
     ] {
         assert!(all.contains(expected), "{expected:?} not in:\n{all}");
     }
+}
+
+/// A Kubernetes quantity in Mi or Gi as mebibytes; anything else is not a size this check reads.
+fn mebibytes(quantity: &str) -> Option<u64> {
+    let (number, unit) = quantity.split_at(quantity.find(|c: char| !c.is_ascii_digit())?);
+    let number: u64 = number.parse().ok()?;
+    match unit {
+        "Mi" => Some(number),
+        "Gi" => number.checked_mul(1024),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_nginx_cache_bound_is_the_one_nginx_conf_sets() {
+    let conf = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/k8s/components/storefront-nginx/nginx.conf"),
+    )
+    .unwrap();
+    assert!(
+        conf.contains(&format!("max_size={NGINX_CACHE_MIB}m")),
+        "nginx.conf's proxy_cache_path max_size changed"
+    );
+    assert_eq!(
+        (mebibytes("96Mi"), mebibytes("1Gi"), mebibytes("96M"), mebibytes("Mi")),
+        (Some(96), Some(1024), None, None)
+    );
 }

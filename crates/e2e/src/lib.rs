@@ -49,8 +49,6 @@ pub struct Options {
     pub seckill_amqp_url: Option<String>,
     /// The gateway's rate limits; None: the tests' own (below).
     pub rate_limits: Option<gateway::configuration::RateLimitSettings>,
-    /// The gateway's `storefront.dir`: where it also writes the pages, for a web server.
-    pub storefront_dir: Option<std::path::PathBuf>,
     /// Every service on this Redis Cluster (its nodes, comma-separated:
     /// `seckill_testkit::redis_cluster_url`) instead of the tests' one server.
     pub redis_cluster: Option<String>,
@@ -70,7 +68,6 @@ impl Default for Options {
             reconcile_after_secs: 30,
             seckill_amqp_url: None,
             rate_limits: None,
-            storefront_dir: None,
             redis_cluster: None,
             read_timeout_ms: None,
             stream_idle_secs: 5,
@@ -231,10 +228,7 @@ pub fn spawn_system_with(options: Options) -> System {
         redis: redis.clone(),
         trust: keys::trust_settings(Peer::Gateway),
         room: keys::room_settings(),
-        storefront: gateway::configuration::StorefrontSettings {
-            dir: options.storefront_dir.clone(),
-            ..Default::default()
-        },
+        storefront: gateway::configuration::StorefrontSettings::default(),
         // A lost notice shows within a test: a silent stream re-reads after a second; one with
         // nothing to tell ends after a few (a client's request does not hang for ten minutes).
         push: gateway::configuration::PushSettings {

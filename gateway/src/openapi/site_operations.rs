@@ -123,9 +123,8 @@ fn sale_state() {}
 /// Render the storefront now
 ///
 /// Renders both list pages' first pages, the page of every live and upcoming sale and of
-/// the latest ended ones (those on the first ended page) from stock-service's figures at once (and
-/// writes them under `storefront.dir` when set); otherwise each page is rendered again at
-/// most every `storefront.refresh_secs`.
+/// the latest ended ones (those on the first ended page) from stock-service's figures at once;
+/// otherwise each page is rendered again at most every `storefront.refresh_secs`.
 #[utoipa::path(
     post,
     path = "/api/admin/storefront/render",

@@ -6,13 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use actix_web::web;
 use seckill_common::listing::{GoodsQuery, RawGoodsQuery};
 use seckill_common::{ErrorCode, GoodsId};
 use seckill_web::ApiError;
 
 use crate::proxy::Proxy;
-use crate::state::Gateway;
 
 use super::stock::{list_goods, one_goods};
 use super::{ListKind, Rendered, Storefront};
@@ -23,17 +21,6 @@ pub(super) enum PageKey {
     /// The first page of a list.
     List(ListKind),
     Sale(GoodsId),
-}
-
-impl PageKey {
-    /// Its file under `storefront.dir`.
-    fn file(self) -> String {
-        match self {
-            Self::List(ListKind::Current) => "index.html".into(),
-            Self::List(ListKind::Ended) => "ended.html".into(),
-            Self::Sale(g) => format!("sales/{g}.html"),
-        }
-    }
 }
 
 /// One page's place in memory.
@@ -51,12 +38,9 @@ impl Slot {
         self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Keeps `page` until `fresh_until`; true when its body differs from the one it replaces.
-    fn keep(&self, page: Arc<Rendered>, fresh_until: Instant) -> bool {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let changed = current.as_ref().is_none_or(|(old, _)| old.etag() != page.etag());
-        *current = Some((page, fresh_until));
-        changed
+    /// Keeps `page` until `fresh_until`.
+    fn keep(&self, page: Arc<Rendered>, fresh_until: Instant) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some((page, fresh_until));
     }
 
     /// Serves the page it holds until `fresh_until` (stock-service failed to give a new one).
@@ -124,7 +108,6 @@ impl Storefront {
         slot: &Arc<Slot>,
         last: &mut Option<(Instant, Arc<Rendered>)>,
     ) -> Arc<Rendered> {
-        let read = self.renders.fetch_add(1, Ordering::SeqCst);
         let outcome = self.render(proxy, key).await;
         let name = match key {
             PageKey::List(_) => "list",
@@ -139,17 +122,7 @@ impl Storefront {
             .increment(1);
         let answer = match outcome {
             Outcome::Page(page) => {
-                let _writing = match key {
-                    PageKey::List(_) => Some(self.list_writes.lock().await),
-                    PageKey::Sale(_) => None,
-                };
-                // A slot dropped meanwhile (a sale was created) holds a page older than the
-                // one the next request renders: it must not overwrite that one's file.
-                let current =
-                    self.pages.get(&key).is_some_and(|s| Arc::ptr_eq(&s, slot)) && self.is_current(key, read);
-                if slot.keep(page.clone(), Instant::now() + self.refresh) && current {
-                    self.write_logged(&key.file(), page.body()).await;
-                }
+                slot.keep(page.clone(), Instant::now() + self.refresh);
                 return page;
             }
             Outcome::Unavailable => {
@@ -200,9 +173,8 @@ impl Storefront {
 
     /// Renders now both lists' first pages and the page of every live and upcoming sale and
     /// of each sale on the first page of the ended ones (the latest: their last render shows
-    /// them ended), keeps them, and writes them all (with the assets) when `storefront.dir` is
-    /// set. The number of pages. A sale that ended before those is left as it was last
-    /// written: thousands of past sales cost nothing here.
+    /// them ended), and keeps them. The number of pages. A sale that ended before those is left
+    /// as it was last rendered: thousands of past sales cost nothing here.
     pub async fn render_all(&self, proxy: &Proxy) -> Result<usize, ApiError> {
         let read = self.renders.fetch_add(1, Ordering::SeqCst);
         let unread = |e: ApiError| {
@@ -236,41 +208,27 @@ impl Storefront {
         let fresh_until = Instant::now() + self.refresh;
         for (key, page) in rendered {
             let _writing = match key {
-                PageKey::List(_) => Some(self.list_writes.lock().await),
+                PageKey::List(_) => Some(self.list_keeps.lock().await),
                 PageKey::Sale(_) => None,
             };
             if !self.is_current(key, read) {
                 continue;
             }
-            let page = Arc::new(page);
-            self.slot(key).keep(page.clone(), fresh_until);
-            self.write(&key.file(), page.body()).await.map_err(ApiError::internal)?;
+            self.slot(key).keep(Arc::new(page), fresh_until);
         }
-        self.write_static().await.map_err(ApiError::internal)?;
         metrics::counter!("gateway_storefront_renders_total", "page" => "all", "outcome" => "rendered")
             .increment(1);
         Ok(pages)
     }
 
-    /// A sale was just created: the list is rendered anew on its next request (and written
-    /// now, for the files' readers).
-    pub fn sale_created(gateway: &web::Data<Gateway>) {
-        let key = PageKey::List(ListKind::Current);
-        let storefront = &gateway.storefront;
+    /// A sale was just created: the list is rendered anew on its next request.
+    pub fn sale_created(&self) {
         // Every render numbered so far read the sales before this one existed.
-        storefront
-            .lists_valid_from
-            .store(storefront.renders.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-        storefront.pages.remove(&key);
-        if gateway.storefront.dir.is_some() {
-            let gateway = gateway.clone();
-            actix_web::rt::spawn(async move {
-                gateway.storefront.page(&gateway.proxy, key).await;
-            });
-        }
+        self.lists_valid_from.store(self.renders.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        self.pages.remove(&PageKey::List(ListKind::Current));
     }
 
-    /// Whether a page rendered from the read numbered `read` may be kept and written: a list
+    /// Whether a page rendered from the read numbered `read` may be kept: a list
     /// read before the latest sale was created may not.
     fn is_current(&self, key: PageKey, read: u64) -> bool {
         match key {

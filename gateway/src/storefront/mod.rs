@@ -7,9 +7,9 @@
 //! Each page is kept in memory per replica. A fresh page is served as it is; a stale one is
 //! served while one request renders it again; a page not rendered yet is rendered by one
 //! request while those arriving meanwhile wait and share its outcome: a stampede on a cold or
-//! stale page makes one upstream call, not one per request. With `storefront.dir` set, the
-//! pages and their assets are also written there, so any web server or CDN can serve the same
-//! files.
+//! stale page makes one upstream call, not one per request. This is the storefront's one
+//! cache: a web server or CDN in front keeps the pages by their `Cache-Control` and `ETag`,
+//! as HTTP caches do (deploy's nginx does, with `proxy_cache`).
 //!
 //! The list is bounded however many sales the shop has run: `/` shows the live and upcoming
 //! sales (live first), `/ended` the ended ones (the latest first), each a page of at most
@@ -19,16 +19,14 @@
 //!
 //! Here the storefront's parts and their assembly: the templates and assets, what every page
 //! shares, the answer ([`Rendered`]) and the two lists. The pages are made in `render`, kept in
-//! memory in `cache`, written under `storefront.dir` in `files`, read from stock-service in
+//! memory in `cache`, read from stock-service in
 //! `stock`, and served by the routes in `routes`.
 
 mod cache;
-mod files;
 mod render;
 mod routes;
 mod stock;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -201,7 +199,6 @@ impl Templates {
 pub struct Storefront {
     templates: Templates,
     refresh: Duration,
-    dir: Option<PathBuf>,
     pages: DashMap<PageKey, Arc<Slot>>,
     /// Each sale's start and end as seen in its goods (they never change), for the state
     /// route's own answers.
@@ -216,13 +213,13 @@ pub struct Storefront {
     /// Numbers every render in the order it starts reading stock-service.
     renders: AtomicU64,
     /// A list rendered from a read numbered below this started before the latest sale was
-    /// created: it lacks that sale, so it is neither kept nor written (a render of every page,
-    /// begun before the creation and ending after it, would otherwise put the list without
-    /// the new sale back, in memory and in its file, for a whole `refresh_secs`).
+    /// created: it lacks that sale, so it is not kept (a render of every page, begun before the
+    /// creation and ending after it, would otherwise put the list without the new sale back
+    /// for a whole `refresh_secs`).
     lists_valid_from: AtomicU64,
-    /// Held while a list is checked against [`Self::lists_valid_from`], kept and written, so a
-    /// list found current cannot land after a newer one.
-    list_writes: tokio::sync::Mutex<()>,
+    /// Held while a list is checked against [`Self::lists_valid_from`] and kept, so a list
+    /// found current cannot land after a newer one.
+    list_keeps: tokio::sync::Mutex<()>,
 }
 
 impl Storefront {
@@ -276,7 +273,6 @@ impl Storefront {
         Ok(Self {
             templates,
             refresh,
-            dir: settings.dir.clone(),
             pages: DashMap::new(),
             windows: DashMap::new(),
             store_js,
@@ -288,7 +284,7 @@ impl Storefront {
             unavailable: Arc::new(unavailable),
             renders: AtomicU64::new(0),
             lists_valid_from: AtomicU64::new(0),
-            list_writes: tokio::sync::Mutex::new(()),
+            list_keeps: tokio::sync::Mutex::new(()),
         })
     }
     fn learn(&self, goods: &Goods) {

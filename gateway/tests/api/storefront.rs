@@ -2,7 +2,6 @@
 //! front of a stand-in shop (stock-service's goods routes and the seckill-service routes the
 //! pages use) that counts what it is asked.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +14,7 @@ use seckill_common::api::{Goods, NewGoods, SaleState};
 use seckill_common::listing::{GoodsQuery, GoodsState, RawGoodsQuery};
 use seckill_common::trust::Peer;
 use seckill_common::{ErrorBody, GoodsId};
-use seckill_testkit::{RunningService, keys, unique_tag};
+use seckill_testkit::{RunningService, keys};
 use seckill_web::{Application, Door, Lifecycle};
 use serde_json::{Value, json};
 
@@ -435,67 +434,4 @@ async fn only_an_admin_renders_the_pages_now() {
     shop.stock_down.store(true, Ordering::SeqCst);
     let res = app.post("/api/admin/storefront/render").bearer_auth(admin_token(1)).send().await.unwrap();
     assert_error(res, 503, "UPSTREAM_UNAVAILABLE").await;
-}
-
-/// A directory of this test's own, removed at the end.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[tokio::test]
-async fn with_a_dir_the_pages_and_assets_are_written_as_served() {
-    let dir = TempDir(std::env::temp_dir().join(format!("seckill-store-{}", unique_tag())));
-    let path = dir.0.clone();
-    let (app, shop) = spawn_shop(move |s| s.storefront.dir = Some(path));
-    let g = shop.add("bike");
-
-    // At start: what holds no data.
-    for file in ["static/store.js", "static/store.css", "static/admin.js", "admin.html"] {
-        assert!(dir.0.join(file).is_file(), "{file} not written at start");
-    }
-    assert_eq!(
-        std::fs::read_to_string(dir.0.join("static/store.js")).unwrap(),
-        gateway::storefront::STORE_JS
-    );
-
-    let res = app.post("/api/admin/storefront/render").bearer_auth(admin_token(1)).send().await.unwrap();
-    assert_eq!(res.status(), 200);
-    let served = app.get(&format!("/sales/{}", g.id)).send().await.unwrap().bytes().await.unwrap();
-    assert_eq!(std::fs::read(dir.0.join(format!("sales/{}.html", g.id))).unwrap(), served);
-    let served = app.get("/").send().await.unwrap().bytes().await.unwrap();
-    assert_eq!(std::fs::read(dir.0.join("index.html")).unwrap(), served);
-    let served = app.get("/ended").send().await.unwrap().bytes().await.unwrap();
-    assert_eq!(std::fs::read(dir.0.join("ended.html")).unwrap(), served);
-    // Whole files only: no temporary one left behind.
-    let leftovers: Vec<_> = std::fs::read_dir(dir.0.join("sales"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
-
-    // A new sale: the list file shows it without anyone asking the gateway for the list.
-    let now = Utc::now();
-    let res = app
-        .post("/api/admin/goods")
-        .bearer_auth(admin_token(1))
-        .json(&json!({"name": "scooter", "price_cents": 100, "seckill_price_cents": 50, "stock_total": 1,
-            "start_at": now, "end_at": now + chrono::Duration::hours(1)}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
-    let mut listed = false;
-    for _ in 0..50 {
-        listed = std::fs::read_to_string(dir.0.join("index.html")).unwrap().contains("scooter");
-        if listed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(listed, "index.html does not list the new sale");
 }
