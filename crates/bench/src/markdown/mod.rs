@@ -11,6 +11,7 @@ use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::MachineFacts;
+use crate::record::Call;
 use crate::report::{KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
 
 mod targets;
@@ -165,22 +166,86 @@ impl Collected {
     }
 }
 
-/// The document's template: its prose; [`render`] hands it the figures.
-const TEMPLATE: &str = include_str!("../../templates/benchmarks.md.j2");
+/// The environment with both templates: the document, and the target rows' words.
+fn environment() -> anyhow::Result<minijinja::Environment<'static>> {
+    let mut env = seckill_harness::markdown::environment()?;
+    env.add_template("benchmarks.md", include_str!("../../templates/benchmarks.md.j2"))
+        .context("parsing templates/benchmarks.md.j2")?;
+    env.add_template("targets.md", include_str!("../../templates/targets.md.j2"))
+        .context("parsing templates/targets.md.j2")?;
+    Ok(env)
+}
 
 /// The whole document.
 pub fn render(c: &Collected) -> anyhow::Result<String> {
-    let mut env = seckill_harness::markdown::environment()?;
-    env.add_template("benchmarks.md", TEMPLATE).context("parsing templates/benchmarks.md.j2")?;
-    let page = Page::new(c);
-    env.get_template("benchmarks.md")?.render(Serde(&page)).context("rendering templates/benchmarks.md.j2")
+    let page = Page::new(c)?;
+    environment()?
+        .get_template("benchmarks.md")?
+        .render(Serde(&page))
+        .context("rendering templates/benchmarks.md.j2")
+}
+
+/// A measurement's median run, with what the templates read of it beyond the report.
+#[derive(Serialize)]
+struct Run<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    /// Every run's main figure, when it ran more than once.
+    runs: Vec<f64>,
+    load_per_sec: f64,
+    accepted_per_sec: f64,
+    /// The order call's p99 over all its answers (NaN without order calls).
+    order_p99: f64,
+    answers: targets::OrderAnswers,
+}
+
+/// What both templates read: each measurement's median run by name, and the run as a whole.
+#[derive(Serialize)]
+struct Runs<'a> {
+    runs: BTreeMap<&'a str, Run<'a>>,
+    largest: Option<targets::LargestMemory<'a>>,
+    /// The scenario runs whose invariants broke.
+    broken_in: Vec<&'a str>,
+}
+
+impl<'a> Runs<'a> {
+    fn new(c: &'a Collected) -> Self {
+        let runs = c
+            .reports
+            .keys()
+            .filter_map(|name| {
+                let (report, runs) = c.report(name)?;
+                Some((
+                    name.as_str(),
+                    Run {
+                        report,
+                        runs: if runs.len() > 1 { runs } else { Vec::new() },
+                        load_per_sec: report.load_per_sec(),
+                        accepted_per_sec: targets::accepted_per_sec(report),
+                        order_p99: report
+                            .row(Call::Order.name(), "all")
+                            .map_or(f64::NAN, |x| x.latency.p99_ms),
+                        answers: targets::OrderAnswers::of(report),
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            runs,
+            largest: targets::largest_service_memory(c),
+            broken_in: targets::scenario_runs(c)
+                .filter(|r| !r.invariants_hold())
+                .map(|r| r.name.as_str())
+                .collect(),
+        }
+    }
 }
 
 /// What the template shows, gathered from the collected runs.
 #[derive(Serialize)]
 struct Page<'a> {
     run: RunInfo,
-    targets: Vec<TargetRow>,
+    targets: Vec<Target>,
     disturbed: Vec<Disturbed<'a>>,
     /// The HTTP and AMQP baselines by name.
     http: BTreeMap<&'static str, HttpBaseline<'a>>,
@@ -200,11 +265,11 @@ struct Page<'a> {
 }
 
 impl<'a> Page<'a> {
-    fn new(c: &'a Collected) -> Self {
+    fn new(c: &'a Collected) -> anyhow::Result<Self> {
         let run = c.run.clone().unwrap_or_default();
         let versions = run.versions.iter().map(|(k, v)| (k.clone(), v.replace('|', "/"))).collect();
-        Self {
-            targets: targets(c).into_iter().map(TargetRow::from).collect(),
+        Ok(Self {
+            targets: targets(c)?,
             disturbed: disturbed(c),
             http: http_baselines(c),
             externals: external_baselines(c),
@@ -225,30 +290,7 @@ impl<'a> Page<'a> {
             versions,
             commands: commands(c),
             run,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct TargetRow {
-    what: String,
-    measured: String,
-    against: String,
-    ratio: Option<f64>,
-    goal: String,
-    met: Option<bool>,
-}
-
-impl From<Target> for TargetRow {
-    fn from(t: Target) -> Self {
-        Self {
-            what: t.what,
-            measured: t.measured,
-            against: t.against,
-            ratio: t.ratio,
-            goal: t.goal,
-            met: t.met,
-        }
+        })
     }
 }
 
@@ -351,6 +393,10 @@ mod tests {
         assert!(sold.against.contains("runs: 9,000, 20,000, 10,000"), "{sold:?}");
         let md = render(&c).unwrap();
         assert!(md.contains("| sold-out path through the gateway vs one plain hop |"), "{md}");
+    }
+
+    fn targets(c: &Collected) -> Vec<Target> {
+        super::targets(c).unwrap()
     }
 
     /// The target row whose text starts with `what`.
