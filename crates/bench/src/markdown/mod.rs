@@ -10,18 +10,13 @@ use anyhow::Context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use crate::machine::MachineFacts;
+use crate::machine::{CpuReport, MachineFacts};
 use crate::record::Call;
 use crate::report::{KIND_AMQP, KIND_HTTP, KIND_SCENARIO, Report};
 
 mod targets;
-mod views;
 
 pub use self::targets::{Target, targets};
-use self::views::{
-    CostTable, CpuView, Disturbed, ExternalBaseline, HttpBaseline, Limits, NamedCpu, ScenarioView,
-    SharedLimits, SyncBaseline, commands, disturbed, external_baselines, http_baselines, scenarios,
-};
 pub use seckill_harness::n0;
 
 pub const KIND_EXTERNAL: &str = "external";
@@ -197,6 +192,12 @@ struct Run<'a> {
     /// The order call's p99 over all its answers (NaN without order calls).
     order_p99: f64,
     answers: targets::OrderAnswers,
+    /// CPU microseconds per request of each process (its cores over the load's rate), and of
+    /// the whole machine (busy x cores).
+    us: BTreeMap<&'a str, f64>,
+    total_us: f64,
+    /// The parameters as one line of JSON.
+    params_json: String,
 }
 
 /// What both templates read: each measurement's median run by name, and the run as a whole.
@@ -226,6 +227,15 @@ impl<'a> Runs<'a> {
                             .row(Call::Order.name(), "all")
                             .map_or(f64::NAN, |x| x.latency.p99_ms),
                         answers: targets::OrderAnswers::of(report),
+                        us: report
+                            .cpu
+                            .iter()
+                            .flat_map(|c| &c.by_process)
+                            .map(|p| (p.name.as_str(), p.cores * 1e6 / report.load_per_sec().max(1e-9)))
+                            .collect(),
+                        total_us: report.cpu.as_ref().map_or(0.0, |c| c.busy * c.cores as f64) * 1e6
+                            / report.load_per_sec().max(1e-9),
+                        params_json: report.params.to_string(),
                     },
                 ))
             })
@@ -241,56 +251,139 @@ impl<'a> Runs<'a> {
     }
 }
 
-/// What the template shows, gathered from the collected runs.
+/// What the document's template shows beyond each measurement's median run.
 #[derive(Serialize)]
 struct Page<'a> {
+    #[serde(flatten)]
+    runs: Runs<'a>,
     run: RunInfo,
     targets: Vec<Target>,
-    disturbed: Vec<Disturbed<'a>>,
-    /// The HTTP and AMQP baselines by name.
-    http: BTreeMap<&'static str, HttpBaseline<'a>>,
-    externals: Vec<ExternalBaseline<'a>>,
-    /// The synchronous design, next to the accept path.
-    sync: Option<SyncBaseline>,
-    scenarios: Vec<ScenarioView<'a>>,
-    cost: Option<CostTable<'a>>,
-    limits: Limits,
-    shared_limits: SharedLimits<'a>,
-    cpu_by_measurement: Vec<NamedCpu<'a>>,
-    /// The order TTL order-service was restarted with for the storm, when it ran.
-    storm_ttl_secs: Option<u64>,
+    /// Measurements others disturbed: name, the others' cores, the busiest of them.
+    disturbed: Vec<(&'a str, f64, String)>,
+    /// redis-benchmark's and pgbench's figures by name, with every run's figure.
+    externals: BTreeMap<&'a str, ExternalRun<'a>>,
+    /// The scenarios in the order they ran (others after them, by name).
+    scenarios: Vec<&'a str>,
+    /// SVG charts present, by file stem.
+    charts: &'a [String],
+    cost: Option<Cost<'a>>,
+    /// Where the CPU went in each measurement's first run.
+    cpu_by_measurement: Vec<(&'a str, &'a CpuReport)>,
     /// Tool versions, `|` kept out of the table.
     versions: Vec<(String, String)>,
+    /// Every command of the run, in the order they ran, each once.
     commands: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ExternalRun<'a> {
+    #[serde(flatten)]
+    external: &'a External,
+    runs: Vec<f64>,
+}
+
+/// CPU per request, process by process, of the measurements that compare the paths.
+#[derive(Serialize)]
+struct Cost<'a> {
+    columns: Vec<&'static str>,
+    /// Every process that used 0.02 of a core or more in one of them.
+    processes: Vec<&'a str>,
 }
 
 impl<'a> Page<'a> {
     fn new(c: &'a Collected) -> anyhow::Result<Self> {
+        use names::*;
         let run = c.run.clone().unwrap_or_default();
         let versions = run.versions.iter().map(|(k, v)| (k.clone(), v.replace('|', "/"))).collect();
+        let order = [
+            SEED,
+            SPIKE,
+            HOT_USER,
+            HOT_USER_TWO,
+            SOLD_OUT,
+            SOLD_OUT_PER_REPLICA,
+            SOLD_OUT_FORWARDED,
+            ROOM,
+            PUSH,
+            DRAIN,
+            DRAIN_BACKLOG,
+            SYNC,
+            ACCEPT_AT_RATE,
+            ACCEPT_SUSTAINED,
+            OVERLOAD,
+            OVERLOAD_5X,
+            STORM,
+        ];
+        let mut scenarios: Vec<&str> = c
+            .reports
+            .iter()
+            .filter(|(_, r)| r.iter().any(|x| x.kind == KIND_SCENARIO))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        scenarios.sort_by_key(|n| order.iter().position(|o| o == n).unwrap_or(order.len()));
+        let mut commands: Vec<(&str, &str)> = c
+            .reports
+            .values()
+            .flatten()
+            .map(|r| (r.started_at.as_str(), r.command.as_str()))
+            .chain(c.externals.values().flatten().map(|e| (e.started_at.as_str(), e.command.as_str())))
+            .filter(|(_, cmd)| !cmd.is_empty())
+            .collect();
+        commands.sort();
+        commands.dedup_by(|a, b| a.1 == b.1);
         Ok(Self {
+            runs: Runs::new(c),
             targets: targets(c)?,
-            disturbed: disturbed(c),
-            http: http_baselines(c),
-            externals: external_baselines(c),
-            sync: SyncBaseline::new(c),
-            scenarios: scenarios(c),
-            cost: CostTable::new(c),
-            limits: Limits::new(c),
-            shared_limits: SharedLimits::new(c),
+            disturbed: c
+                .reports
+                .values()
+                .flatten()
+                .filter_map(|r| r.cpu.as_ref().filter(|c| c.disturbed).map(|cpu| (r, cpu)))
+                .map(|(r, cpu)| (r.name.as_str(), cpu.others_cores, cpu.busiest_others(3)))
+                .collect(),
+            externals: c
+                .externals
+                .keys()
+                .filter_map(|name| {
+                    let (external, runs) = c.external(name)?;
+                    Some((
+                        name.as_str(),
+                        ExternalRun { external, runs: if runs.len() > 1 { runs } else { Vec::new() } },
+                    ))
+                })
+                .collect(),
+            scenarios,
+            charts: &c.charts,
+            cost: Cost::new(c),
             cpu_by_measurement: c
                 .reports
                 .iter()
-                .filter_map(|(name, runs)| Some(NamedCpu { name, cpu: CpuView::of(runs.first()?)? }))
+                .filter_map(|(name, runs)| Some((name.as_str(), runs.first()?.cpu.as_ref()?)))
                 .collect(),
-            storm_ttl_secs: c
-                .report(names::STORM)
-                .and_then(|(r, _)| r.storm.as_ref())
-                .map(|s| s.order_ttl_secs),
             versions,
-            commands: commands(c),
+            commands: commands.into_iter().map(|(_, cmd)| cmd.to_owned()).collect(),
             run,
         })
+    }
+}
+
+impl<'a> Cost<'a> {
+    fn new(c: &'a Collected) -> Option<Self> {
+        use names::*;
+        let columns: Vec<(&'static str, &Report)> =
+            [HOP, SOLD_OUT, SOLD_OUT_PER_REPLICA, SOLD_OUT_FORWARDED, DRAIN, DRAIN_BACKLOG, SYNC]
+                .into_iter()
+                .filter_map(|name| Some((name, c.report(name)?.0)))
+                .filter(|(_, r)| r.cpu.is_some() && r.load_per_sec() > 0.0)
+                .collect();
+        let mut processes: Vec<&str> = Vec::new();
+        for p in columns.iter().flat_map(|(_, r)| r.cpu.iter().flat_map(|c| &c.by_process)) {
+            if p.cores >= 0.02 && !processes.contains(&p.name.as_str()) {
+                processes.push(&p.name);
+            }
+        }
+        (!columns.is_empty())
+            .then(|| Self { columns: columns.into_iter().map(|(name, _)| name).collect(), processes })
     }
 }
 
