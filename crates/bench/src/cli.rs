@@ -594,7 +594,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Markdown(a) => {
             markdown::write(&a.dir, &a.out)?;
             let c = markdown::Collected::read(&a.dir)?;
-            for t in markdown::targets(&c) {
+            for t in markdown::targets(&c)? {
                 // Rows for context have no goal.
                 let figures: Vec<String> = [
                     t.ratio.map(|r| format!("ratio {r:.2}")),
