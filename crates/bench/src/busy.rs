@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use seckill_common::{ErrorBody, ErrorCode};
+use seckill_common::ErrorCode;
 
 use crate::client::Answer;
 
@@ -21,8 +21,7 @@ const MIN_JITTER: Duration = Duration::from_millis(100);
 /// The answer is the shed answer: `503` with the `BUSY` code. Other 503s (a sale being
 /// restored, an upstream down) are not about load, and are left as they are.
 pub fn is_busy(answer: &Answer) -> bool {
-    answer.status == 503
-        && serde_json::from_slice::<ErrorBody>(&answer.body).is_ok_and(|b| b.code == ErrorCode::Busy.as_str())
+    answer.is_error(503, ErrorCode::Busy)
 }
 
 /// How a click retries BUSY answers.

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use seckill_common::api::Role;
 use serde::Serialize;
 
-use crate::api::{create_sale, dev_token};
+use crate::api::{GOODS, create_sale, dev_token};
 use crate::client::{Conn, Endpoint, Req};
 use crate::fleet::{Backends, Fleet};
 use crate::fleet::{Svc, Unit};
@@ -110,7 +111,7 @@ async fn measure(
     insert_ended(&format!("{}/{}", backends.pg_url, backends.database("stock")), ended).await?;
     let gateway = Endpoint::parse(&fleet.url(Unit::first(Svc::Gateway)))?;
     let mut conn = Conn::new(gateway, Duration::from_secs(30));
-    let admin = dev_token(&mut conn, 1, "admin").await?;
+    let admin = dev_token(&mut conn, 1, Role::Admin).await?;
     for k in 0..args.live {
         create_sale(&mut conn, &admin, &format!("idle live {k}"), 100, 1, chrono::Duration::minutes(1), None)
             .await?;
@@ -121,7 +122,7 @@ async fn measure(
     fleet.start(seckill).await?;
     let list_page_bytes = conn.send(Req::get("/")).await.body.len();
     let _ = conn.send(Req::get("/ended")).await;
-    let api_list_bytes = conn.send(Req::get("/api/goods")).await.body.len();
+    let api_list_bytes = conn.send(Req::get(GOODS)).await.body.len();
     eprintln!("idle: {ended} ended sales: settling {} s, then measuring {} s", args.settle_secs, args.secs);
     tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
 

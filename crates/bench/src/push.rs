@@ -53,9 +53,8 @@ use clap::Args;
 use diesel::{ExpressionMethods, QueryDsl};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use http_body_util::BodyExt;
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::{SeckillResult, SeckillStatus, TokenResponse};
-use seckill_common::headers::SECKILL_TOKEN;
+use hyper::header::HeaderValue;
+use seckill_common::api::{Role, SeckillResult, SeckillStatus};
 use seckill_common::ids::GoodsId;
 use seckill_common::keys::RedisKeys;
 use seckill_common::push::{EventKind, Notice, SseReader};
@@ -63,7 +62,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::api::{create_sale, dev_token};
+use crate::api::{SalePaths, create_sale, dev_token};
 use crate::cli::Output;
 use crate::client::{Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, open_events};
 use crate::fleet::{Backends, Fleet};
@@ -230,34 +229,12 @@ impl Ctx {
     }
 }
 
-/// One sale's routes.
-struct Sale {
-    goods_id: i64,
-    events: String,
-    token: String,
-    orders: String,
-    result: String,
-}
-
-impl Sale {
-    fn new(g: i64) -> Arc<Self> {
-        let at = |route: &str| format!("/api/seckill/{g}/{route}");
-        Arc::new(Self {
-            goods_id: g,
-            events: at("events"),
-            token: at("token"),
-            orders: at("orders"),
-            result: at("result"),
-        })
-    }
-}
-
 /// A buyer's stream on a connection of its own until a final result (true) or its end. With a
 /// gate, buyer k of the streams: opened holding a permit (none once the gate is closed) until
 /// its first event, when it is marked `streaming`.
 async fn listen(
     ctx: Arc<Ctx>,
-    sale: Arc<Sale>,
+    sale: Arc<SalePaths>,
     bearer: HeaderValue,
     gate: Option<(Arc<Semaphore>, usize)>,
 ) -> bool {
@@ -321,16 +298,15 @@ struct Bought {
 }
 
 /// Path token, then order.
-async fn buy(ctx: &Ctx, conn: &mut Conn, sale: &Sale, k: usize, bearer: &HeaderValue) -> Bought {
+async fn buy(ctx: &Ctx, conn: &mut Conn, sale: &SalePaths, k: usize, bearer: &HeaderValue) -> Bought {
     let start = Instant::now();
     let a = conn.send(Req::post(&sale.token).bearer(bearer)).await;
     ctx.record(Call::PathToken, a.status, start);
-    let token = serde_json::from_slice::<TokenResponse>(&a.body).ok().filter(|_| a.status == 200);
-    let Some(token) = token.and_then(|t| HeaderValue::from_str(&t.token).ok()) else {
+    let Some(token) = a.path_token() else {
         return Bought { k, status: a.status, calls: 1 };
     };
     let (start, order) = (Instant::now(), Req::post(&sale.orders).bearer(bearer));
-    let a = conn.send(order.header(HeaderName::from_static(SECKILL_TOKEN), token)).await;
+    let a = conn.send(order.path_token(token)).await;
     ctx.record(Call::Order, a.status, start);
     Bought { k, status: a.status, calls: 2 }
 }
@@ -339,7 +315,7 @@ async fn buy(ctx: &Ctx, conn: &mut Conn, sale: &Sale, k: usize, bearer: &HeaderV
 /// is busy), on `conns`; each buy is sent on `bought`.
 async fn buy_paced(
     ctx: &Arc<Ctx>,
-    sale: &Arc<Sale>,
+    sale: &Arc<SalePaths>,
     conns: Vec<Conn>,
     bearers: &Arc<[HeaderValue]>,
     rate: f64,
@@ -365,7 +341,7 @@ async fn buy_paced(
 /// An accepted buyer of the spike following its result as the page does: on a stream (polls
 /// only when it ends without a final word), or polling. The requests it made, and whether it
 /// was told a final result.
-async fn follow(ctx: Arc<Ctx>, sale: Arc<Sale>, bearer: HeaderValue, on_stream: bool) -> (u64, bool) {
+async fn follow(ctx: Arc<Ctx>, sale: Arc<SalePaths>, bearer: HeaderValue, on_stream: bool) -> (u64, bool) {
     let mut requests = u64::from(on_stream);
     if on_stream && listen(ctx.clone(), sale.clone(), bearer.clone(), None).await {
         return (requests, true);
@@ -378,7 +354,7 @@ async fn follow(ctx: Arc<Ctx>, sale: Arc<Sale>, bearer: HeaderValue, on_stream: 
         let (start, a) = (Instant::now(), conn.send(Req::get(&sale.result).bearer(&bearer)).await);
         ctx.record(Call::Result, a.status, start);
         requests += 1;
-        match serde_json::from_slice::<SeckillResult>(&a.body).ok().filter(|_| a.status == 200) {
+        match a.json::<SeckillResult>() {
             Some(r) if r.status != SeckillStatus::Queued => return (requests, true),
             _ if (400..500).contains(&a.status) => break,
             _ => {}
@@ -391,7 +367,7 @@ async fn follow(ctx: Arc<Ctx>, sale: Arc<Sale>, bearer: HeaderValue, on_stream: 
 /// even ones on a stream, the odd ones polling.
 async fn spike(
     ctx: &Arc<Ctx>,
-    sale: &Arc<Sale>,
+    sale: &Arc<SalePaths>,
     conns: Vec<Conn>,
     bearers: &Arc<[HeaderValue]>,
     rate: f64,
@@ -546,16 +522,15 @@ async fn measure(
     let (watch, started_at) = (Watch::start(procs.clone(), Duration::from_millis(500)), now_rfc3339());
     let endpoint = Endpoint::parse(&fleet.url(Unit::first(Svc::Gateway)))?;
     let mut admin = Conn::new(endpoint.clone(), TIMEOUT);
-    let admin_token = dev_token(&mut admin, 1, "admin").await?;
+    let admin_token = dev_token(&mut admin, 1, Role::Admin).await?;
     let (n, m, progress) = (streams as usize, a.spike_buyers as usize, !a.out.no_progress);
     let users: Vec<i64> = (0..n + m).map(|i| FIRST_USER + i as i64).collect();
     let mut bearers = mint_tokens(&endpoint, &users, 32, TIMEOUT, progress).await?;
     let spike_bearers: Arc<[HeaderValue]> = bearers.split_off(n).into();
     let bearers: Arc<[HeaderValue]> = bearers.into();
     let (ago, units) = (chrono::Duration::seconds(1), (m as i64 / 4).max(1));
-    let sale = Sale::new(
-        create_sale(&mut admin, &admin_token, "bench push", n as i64, 1, ago, None).await?.id.get(),
-    );
+    let goods = create_sale(&mut admin, &admin_token, "bench push", n as i64, 1, ago, None).await?;
+    let sale = Arc::new(SalePaths::new(goods.id.get()));
 
     // 1. The streams, opened and left at rest.
     let opening = Progress::new(progress, Some(n as u64), "opening streams");
@@ -643,7 +618,8 @@ async fn measure(
         tokio::time::sleep(backlog).await;
         crate::signal::send(order, Signal::CONT)
     });
-    let spiked = spike(&ctx, &Sale::new(spike_sale.id.get()), conns, &spike_bearers, a.rate).await;
+    let spiked =
+        spike(&ctx, &Arc::new(SalePaths::new(spike_sale.id.get())), conns, &spike_bearers, a.rate).await;
     thaw.await.context("thawing order-service")??;
     let [stream_half, poll_half] = spiked?;
 

@@ -19,14 +19,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use chrono::Utc;
 use clap::Args;
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::TokenResponse;
+use hyper::header::HeaderValue;
+use seckill_common::api::Role;
 use seckill_common::keys::RedisKeys;
 use seckill_common::room::scripts::JOIN;
 use seckill_common::room::{QueueState, QueueStatus, RoomRate, WaitingRoom};
-use seckill_common::{GoodsId, UserId, headers};
+use seckill_common::{GoodsId, UserId};
 use serde::Serialize;
 
+use crate::api::SalePaths;
 use crate::cli::Output;
 use crate::client::{Answer, Conn, Endpoint, Req};
 use crate::invariants::Check;
@@ -103,9 +104,7 @@ struct Seen {
 
 /// What every connection works with.
 struct Shared {
-    queue: String,
-    token: String,
-    orders: String,
+    paths: SalePaths,
     bearers: Vec<HeaderValue>,
     seen: Vec<Mutex<Option<Seen>>>,
     clock: Clock,
@@ -154,8 +153,9 @@ impl Shared {
     /// would.
     fn took(&self, u: usize, a: &Answer, out: &mut Out) {
         let at = Instant::now();
-        let status = (a.status == 200).then(|| serde_json::from_slice::<QueueStatus>(&a.body).ok()).flatten();
-        let Some((ticket, s)) = status.and_then(|s| Some((HeaderValue::from_str(&s.ticket).ok()?, s))) else {
+        let Some((ticket, s)) =
+            a.json::<QueueStatus>().and_then(|s| Some((HeaderValue::from_str(&s.ticket).ok()?, s)))
+        else {
             if let Some(x) = self.user(u).as_mut() {
                 x.due = at + RETRY;
             }
@@ -186,10 +186,10 @@ impl Shared {
 
     /// A join (`Call::Join`), or where one stands, presenting the ticket.
     async fn ask(&self, conn: &mut Conn, u: usize, call: Call, out: &mut Out) {
-        let mut req = Req::post(&self.queue);
+        let mut req = Req::post(&self.paths.queue);
         if call != Call::Join {
             let Some(ticket) = self.user(u).as_ref().map(|s| s.ticket.clone()) else { return };
-            req = Req::get(&self.queue).header(HeaderName::from_static(headers::ROOM_TICKET), ticket);
+            req = Req::get(&self.paths.queue).room_ticket(ticket);
         }
         let a = self.timed(conn, call, req.bearer(&self.bearers[u]), out).await;
         self.took(u, &a, out);
@@ -201,19 +201,14 @@ impl Shared {
     /// Path token (when asked for) and order, each presenting the admission.
     async fn buy(&self, conn: &mut Conn, u: usize, out: &mut Out) {
         let Some(admission) = self.user(u).as_ref().and_then(|s| s.admission.clone()) else { return };
-        let admitted = HeaderName::from_static(headers::ROOM_ADMISSION);
-        let mut order =
-            Req::post(&self.orders).bearer(&self.bearers[u]).header(admitted.clone(), admission.clone());
+        let mut order = Req::post(&self.paths.orders).bearer(&self.bearers[u]).admission(admission.clone());
         let mut end = None;
         if self.path_token {
-            let req = Req::post(&self.token).bearer(&self.bearers[u]).header(admitted, admission);
+            let req = Req::post(&self.paths.token).bearer(&self.bearers[u]).admission(admission);
             let a = self.timed(conn, Call::PathToken, req, out).await;
-            let token = serde_json::from_slice::<TokenResponse>(&a.body).ok();
-            match (a.status, token.and_then(|t| HeaderValue::from_str(&t.token).ok())) {
-                (200, Some(t)) => {
-                    order = order.more_header(HeaderName::from_static(headers::SECKILL_TOKEN), t)
-                }
-                (status, _) => end = Some(status),
+            match a.path_token() {
+                Some(t) => order = order.path_token(t),
+                None => end = Some(a.status),
             }
         }
         if end.is_none() {
@@ -343,7 +338,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let progress = !a.out.no_progress;
     let endpoint = Endpoint::parse(&a.gateway)?;
     let mut admin = Conn::new(endpoint.clone(), REQUEST_TIMEOUT);
-    let admin_token = crate::api::dev_token(&mut admin, 1, "admin").await?;
+    let admin_token = crate::api::dev_token(&mut admin, 1, Role::Admin).await?;
     let users: Vec<i64> = (0..a.users).map(|i| a.first_user + i as i64).collect();
     let bearers = scenario::mint_tokens(&endpoint, &users, a.connections, REQUEST_TIMEOUT, progress).await?;
     let room = WaitingRoom {
@@ -362,9 +357,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
     let g = goods.id.get();
     let joining = Progress::new(progress, Some(a.users), "joining");
     let s = Arc::new(Shared {
-        queue: format!("/api/seckill/{g}/queue"),
-        token: format!("/api/seckill/{g}/token"),
-        orders: format!("/api/seckill/{g}/orders"),
+        paths: SalePaths::new(g),
         bearers,
         seen: (0..a.users).map(|_| Mutex::new(None)).collect(),
         clock: Clock::start(),

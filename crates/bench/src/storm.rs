@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use hyper::header::HeaderValue;
-use seckill_common::api::{Order, SaleAudit, SeckillResult};
+use seckill_common::api::{Goods, Order, Role, SaleAudit};
 use serde_json::json;
 
+use crate::api::{self, SalePaths};
 use crate::busy::BusyRetry;
-use crate::client::{Conn, Endpoint, Req, bearer_header};
+use crate::client::{Answer, Conn, Endpoint, Req};
 use crate::invariants::{self, Rebuy};
 use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
@@ -215,7 +216,7 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
     let bought = Bought::of(&sale, cfg.users)?;
     let g = bought.goods_id;
     let mut admin = Conn::new(Endpoint::parse(&cfg.gateway)?, cfg.request_timeout);
-    let admin_bearer = bearer_header(&crate::api::dev_token(&mut admin, 1, "admin").await?)?;
+    let admin_bearer = api::dev_token(&mut admin, 1, Role::Admin).await?;
     let order =
         some_order(&mut admin, g, cfg.first_user).await.context("reading one of the sale's orders back")?;
     ttl_matches(&order, cfg.order_ttl)?;
@@ -223,7 +224,7 @@ pub async fn run(cfg: &StormConfig) -> anyhow::Result<Report> {
     let held = hold_expiries(cfg, &bought, &mut admin).await?;
     let storm = release(cfg, held, g, &admin_bearer).await?;
 
-    let stock_available = scenario::goods_now(&mut admin, g).await.ok().map(|x| x.stock_available);
+    let stock_available = api::goods(&mut admin, g).await.ok().map(|x| x.stock_available);
     let audit = agreeing_audit(&mut admin, &admin_bearer, g).await;
     cfg.say(&format!("{} expired buyers buying again", cfg.rebuy_sample));
     let rebuy = scenario::run(&cfg.rebuy(g)).await.context("the expired buyers buying again")?;
@@ -327,7 +328,7 @@ async fn hold_expiries(cfg: &StormConfig, bought: &Bought, admin: &mut Conn) -> 
     let paused = Paused::stop(&cfg.pause_pids)?;
     let stopped = Instant::now();
     let g = bought.goods_id;
-    let available = scenario::goods_now(admin, g).await.context("reading the sale before the storm")?;
+    let available = api::goods(admin, g).await.context("reading the sale before the storm")?;
     if available.stock_available != 0 {
         bail!(
             "{} units of sale {g} were back before order-service was stopped: some orders expired already; raise \
@@ -404,7 +405,7 @@ async fn follow_the_storm(
     let progress = Progress::new(cfg.progress, Some(cfg.users), "units back");
     let db = Poll {
         conn: Conn::new(endpoint.clone(), cfg.request_timeout),
-        path: format!("/api/goods/{g}"),
+        path: api::goods_path(g),
         bearer: None,
         every: DB_POLL,
         want: units,
@@ -413,17 +414,15 @@ async fn follow_the_storm(
     };
     let audit = Poll {
         conn: Conn::new(endpoint, cfg.request_timeout),
-        path: format!("/api/admin/goods/{g}/audit"),
+        path: api::audit_path(g),
         bearer: Some(admin.clone()),
         every: AUDIT_POLL,
         want: units,
         clock,
         deadline,
     };
-    let available = |body: &[u8]| {
-        serde_json::from_slice::<seckill_common::api::Goods>(body).ok().map(|x| x.stock_available)
-    };
-    let in_redis = |body: &[u8]| serde_json::from_slice::<SaleAudit>(body).ok().and_then(|a| a.redis.stock);
+    let available = |a: &Answer| a.json::<Goods>().map(|x| x.stock_available);
+    let in_redis = |a: &Answer| a.json::<SaleAudit>().and_then(|a| a.redis.stock);
     let out = tokio::join!(db.until(available, Some(&progress.counter)), audit.until(in_redis, None));
     progress.finish();
     Ok(out)
@@ -462,7 +461,7 @@ impl Poll {
     /// `seen` follows the latest figure.
     async fn until(
         mut self,
-        read: impl Fn(&[u8]) -> Option<i64>,
+        read: impl Fn(&Answer) -> Option<i64>,
         seen: Option<&std::sync::Arc<AtomicU64>>,
     ) -> Polled {
         let mut out = Polled::default();
@@ -477,7 +476,7 @@ impl Poll {
             }
             let a = self.conn.send(req).await;
             let at = self.clock.now_us();
-            match Some(a).filter(|a| a.status == 200).and_then(|a| read(&a.body)) {
+            match read(&a) {
                 Some(v) => {
                     out.samples.push((at, v));
                     if let Some(seen) = seen {
@@ -499,13 +498,9 @@ impl Poll {
 /// The audit once the storm is over, read until it agrees (the last units' messages may still
 /// be settling), for at most a few seconds; `None` when it never answered.
 async fn agreeing_audit(conn: &mut Conn, admin: &HeaderValue, g: i64) -> Option<SaleAudit> {
-    let path = format!("/api/admin/goods/{g}/audit");
     let mut last = None;
     for _ in 0..20 {
-        let a = conn.send(Req::get(&path).bearer(admin)).await;
-        if a.status == 200
-            && let Ok(audit) = serde_json::from_slice::<SaleAudit>(&a.body)
-        {
+        if let Ok(audit) = api::audit(conn, admin, g).await {
             let agrees = audit.agrees;
             last = Some(audit);
             if agrees {
@@ -519,13 +514,10 @@ async fn agreeing_audit(conn: &mut Conn, admin: &HeaderValue, g: i64) -> Option<
 
 /// One order of the sale: `user`'s (a buyer of it), through their result.
 async fn some_order(conn: &mut Conn, g: i64, user: i64) -> anyhow::Result<Order> {
-    let bearer = bearer_header(&crate::api::dev_token(conn, user, "user").await?)?;
-    let a = conn.send(Req::get(&format!("/api/seckill/{g}/result")).bearer(&bearer)).await;
-    let result: SeckillResult = serde_json::from_slice(&a.body)
-        .with_context(|| format!("user {user}'s result: HTTP {}", a.status))?;
+    let bearer = api::dev_token(conn, user, Role::User).await?;
+    let result = api::result(conn, &SalePaths::new(g), &bearer).await?;
     let id = result.order_id.with_context(|| format!("user {user} has no order: {:?}", result.status))?;
-    let a = conn.send(Req::get(&format!("/api/orders/{id}")).bearer(&bearer)).await;
-    serde_json::from_slice(&a.body).with_context(|| format!("order {id}: HTTP {}", a.status))
+    Ok(api::order(conn, &bearer, id.get()).await?)
 }
 
 /// The orders live `ttl` (order-service's `order.ttl_secs`), or the timing would be wrong.

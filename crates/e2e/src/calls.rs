@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use seckill_common::GoodsId;
-use seckill_common::api::{Goods, Order, SeckillResult, SeckillStatus};
+use seckill_common::api::{Goods, NewGoods, Order, SeckillResult, SeckillStatus, TokenResponse};
 use seckill_common::room::WaitingRoom;
+use seckill_harness::api::{self, SaleRoute, new_sale};
 use serde_json::{Value, json};
 
 use crate::System;
@@ -81,10 +81,9 @@ impl System {
     }
 
     pub async fn dev_token(&self, user: i64, role: &str) -> String {
-        let (status, body) =
-            self.post("/api/auth/dev-token", None, json!({"user_id": user, "role": role})).await;
+        let (status, body) = self.post(api::DEV_TOKEN, None, json!({"user_id": user, "role": role})).await;
         assert_eq!(status, 200, "dev token: {body}");
-        body["token"].as_str().unwrap().to_owned()
+        serde_json::from_value::<TokenResponse>(body).unwrap().token
     }
 
     pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> Answer {
@@ -116,7 +115,7 @@ impl System {
         start: chrono::Duration,
         end: chrono::Duration,
     ) -> Goods {
-        self.create_goods(sale_body(stock, buckets, start, end)).await
+        self.create_goods(new_sale(NAME.into(), stock, buckets, start, end, None)).await
     }
 
     /// As [`System::create_sale`], behind a waiting room.
@@ -127,14 +126,13 @@ impl System {
         end: chrono::Duration,
         room: WaitingRoom,
     ) -> Goods {
-        let mut body = sale_body(stock, 1, start, end);
-        body["waiting_room"] = serde_json::to_value(room).unwrap();
-        self.create_goods(body).await
+        self.create_goods(new_sale(NAME.into(), stock, 1, start, end, Some(room))).await
     }
 
-    async fn create_goods(&self, body: Value) -> Goods {
+    async fn create_goods(&self, body: NewGoods) -> Goods {
         let admin = self.dev_token(1, "admin").await;
-        let (status, body) = self.post("/api/admin/goods", Some(&admin), body).await;
+        let body = serde_json::to_value(body).unwrap();
+        let (status, body) = self.post(api::ADMIN_GOODS, Some(&admin), body).await;
         assert_eq!(status, 201, "create sale: {body}");
         serde_json::from_value(body).unwrap()
     }
@@ -152,13 +150,13 @@ impl System {
     /// Joins the sale's waiting room (`POST /api/seckill/{g}/queue`, no ticket), doing the
     /// proof of work first when the room asks for it.
     pub async fn join_room(&self, user_token: &str, g: GoodsId) -> Answer {
-        let path = format!("/api/seckill/{g}/queue");
+        let path = SaleRoute::Queue.path(g.get());
         let (status, body) = self.post(&path, Some(user_token), json!({})).await;
         if body["code"] != "CHALLENGE_REQUIRED" {
             return (status, body);
         }
         let (status, challenge) =
-            self.post(&format!("/api/seckill/{g}/queue/challenge"), Some(user_token), Value::Null).await;
+            self.post(&SaleRoute::QueueChallenge.path(g.get()), Some(user_token), Value::Null).await;
         assert_eq!(status, 200, "a challenge: {challenge}");
         let (Some(text), Some(difficulty)) =
             (challenge["challenge"].as_str(), challenge["difficulty"].as_u64())
@@ -171,13 +169,13 @@ impl System {
     }
 
     pub async fn path_token(&self, user_token: &str, g: GoodsId) -> Answer {
-        self.post(&format!("/api/seckill/{g}/token"), Some(user_token), Value::Null).await
+        self.post(&SaleRoute::Token.path(g.get()), Some(user_token), Value::Null).await
     }
 
     pub async fn order(&self, user_token: &str, g: GoodsId, path_token: Option<&str>) -> Answer {
-        let mut req = self.http.post(self.url(&format!("/api/seckill/{g}/orders"))).bearer_auth(user_token);
+        let mut req = self.http.post(self.url(&SaleRoute::Orders.path(g.get()))).bearer_auth(user_token);
         if let Some(t) = path_token {
-            req = req.header("x-seckill-token", t);
+            req = req.header(seckill_common::headers::SECKILL_TOKEN, t);
         }
         answer(req.send().await.unwrap()).await
     }
@@ -207,7 +205,7 @@ impl System {
     /// The admin's audit of a sale.
     pub async fn audit(&self, g: GoodsId) -> seckill_common::api::SaleAudit {
         let admin = self.dev_token(1, "admin").await;
-        let (status, body) = self.get(&format!("/api/admin/goods/{g}/audit"), Some(&admin)).await;
+        let (status, body) = self.get(&api::audit_path(g.get()), Some(&admin)).await;
         assert_eq!(status, 200, "audit: {body}");
         serde_json::from_value(body).unwrap()
     }
@@ -216,7 +214,7 @@ impl System {
     /// as a client would; anything else but 200 fails the test.
     pub async fn result(&self, user_token: &str, g: GoodsId) -> SeckillResult {
         for _ in 0..20 {
-            let (status, body) = self.get(&format!("/api/seckill/{g}/result"), Some(user_token)).await;
+            let (status, body) = self.get(&SaleRoute::Result.path(g.get()), Some(user_token)).await;
             match status {
                 200 => return serde_json::from_value(body).unwrap(),
                 503 => tokio::time::sleep(Duration::from_millis(250)).await,
@@ -246,7 +244,7 @@ impl System {
         g: GoodsId,
         headers: &[(&str, &str)],
     ) -> Result<EventStream, Answer> {
-        let mut req = self.http.get(self.url(&format!("/api/seckill/{g}/events"))).bearer_auth(user_token);
+        let mut req = self.http.get(self.url(&SaleRoute::Events.path(g.get()))).bearer_auth(user_token);
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
@@ -257,33 +255,33 @@ impl System {
     /// without the token, as a browser's EventSource would).
     pub async fn open_stream_with_ticket(&self, user_token: &str, g: GoodsId) -> Result<EventStream, Answer> {
         let (status, body) =
-            self.post(&format!("/api/seckill/{g}/events/ticket"), Some(user_token), json!({})).await;
+            self.post(&SaleRoute::EventsTicket.path(g.get()), Some(user_token), json!({})).await;
         assert_eq!(status, 200, "stream ticket: {body}");
         self.stream_by_ticket(g, body["ticket"].as_str().unwrap()).await
     }
 
     pub async fn stream_by_ticket(&self, g: GoodsId, ticket: &str) -> Result<EventStream, Answer> {
         // A ticket is letters, digits, `.`, `-` and `_`: nothing to escape in a query.
-        let url = self.url(&format!("/api/seckill/{g}/events?ticket={ticket}"));
+        let url = self.url(&format!("{}?ticket={ticket}", SaleRoute::Events.path(g.get())));
         EventStream::of(self.http.get(url).send().await.unwrap()).await
     }
 
     pub async fn order_by_id(&self, user_token: &str, id: i64) -> Answer {
-        self.get(&format!("/api/orders/{id}"), Some(user_token)).await
+        self.get(&api::order_path(id), Some(user_token)).await
     }
 
     pub async fn goods(&self, g: GoodsId) -> Goods {
-        let (status, body) = self.get(&format!("/api/goods/{g}"), None).await;
+        let (status, body) = self.get(&api::goods_path(g.get()), None).await;
         assert_eq!(status, 200);
         serde_json::from_value(body).unwrap()
     }
 
     pub async fn pay(&self, user_token: &str, order_id: i64) -> Answer {
-        self.post(&format!("/api/orders/{order_id}/pay"), Some(user_token), Value::Null).await
+        self.post(&api::pay_path(order_id), Some(user_token), Value::Null).await
     }
 
     pub async fn cancel(&self, user_token: &str, order_id: i64) -> Answer {
-        self.post(&format!("/api/orders/{order_id}/cancel"), Some(user_token), Value::Null).await
+        self.post(&api::cancel_path(order_id), Some(user_token), Value::Null).await
     }
 
     /// Buys and waits for the order: its id.
@@ -302,12 +300,8 @@ impl System {
     }
 }
 
-/// A new sale's body for `POST /api/admin/goods`; `start`/`end` relative to now.
-fn sale_body(stock: i64, buckets: u8, start: chrono::Duration, end: chrono::Duration) -> Value {
-    let now = Utc::now();
-    json!({"name": "flash phone", "price_cents": 99_900, "seckill_price_cents": 49_900,
-        "stock_total": stock, "start_at": now + start, "end_at": now + end, "buckets": buckets})
-}
+/// The name of every sale the tests create.
+const NAME: &str = "flash phone";
 
 pub fn order_of(body: &Value) -> Order {
     serde_json::from_value(body.clone()).unwrap()

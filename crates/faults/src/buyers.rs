@@ -8,19 +8,24 @@
 //! with when, who and what. On a sale with a waiting room a buyer brings its admission. In a
 //! case with streams, the result is followed on the event stream instead (`streams`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::{OrderAccepted, SeckillResult, SeckillStatus, TokenResponse};
-use seckill_common::{ErrorBody, ErrorCode, headers};
-use serde_json::json;
+use futures_util::future::join_all;
+use hyper::header::HeaderValue;
+use seckill_common::ErrorCode;
+use seckill_common::api::{OrderAccepted, Role, SeckillStatus};
+use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use seckill_harness::api::{self, SalePaths};
+use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT};
 use seckill_harness::invariants::FinalState;
 
+/// Connections the end of a case reads every buyer's result (and orders) on, at once.
+const READERS: usize = 16;
 /// Unexpected answers kept as examples per buyer and per case.
 const EXAMPLES: usize = 20;
 /// Tries after a `failed` result (the unit was given back: the buyer may buy again).
@@ -30,10 +35,8 @@ const TRIES_AFTER_FAILED: u32 = 2;
 pub struct Load {
     /// Every gateway: buyer i of an arrival goes to gateway i % n.
     pub endpoints: Vec<Arc<Endpoint>>,
-    pub goods_id: i64,
-    token_path: String,
-    orders_path: String,
-    result_path: String,
+    /// The sale's routes.
+    pub paths: SalePaths,
     /// The sale's opening: every time is counted from here, in seconds.
     pub t0: Instant,
     pub request_timeout: Duration,
@@ -54,10 +57,7 @@ impl Load {
         assert!(!endpoints.is_empty(), "a load needs a gateway");
         Self {
             endpoints,
-            goods_id,
-            token_path: format!("/api/seckill/{goods_id}/token"),
-            orders_path: format!("/api/seckill/{goods_id}/orders"),
-            result_path: format!("/api/seckill/{goods_id}/result"),
+            paths: SalePaths::new(goods_id),
             t0,
             request_timeout: Duration::from_secs(12),
             retry_budget: Duration::from_secs(90),
@@ -70,10 +70,6 @@ impl Load {
     /// Seconds since the sale opened.
     pub fn secs(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
-    }
-
-    pub fn result_path(&self) -> &str {
-        &self.result_path
     }
 
     /// The gateway of the `i`th client (buyer, reader): spread evenly over all of them.
@@ -239,14 +235,6 @@ impl Backoff {
     }
 }
 
-fn code(a: &Answer) -> String {
-    serde_json::from_slice::<ErrorBody>(&a.body).map(|b| b.code).unwrap_or_default()
-}
-
-fn is(a: &Answer, status: u16, c: ErrorCode) -> bool {
-    a.status == status && code(a) == c.as_str()
-}
-
 /// `users` arrive evenly over `over`, each running [`buyer`] (the `i`th on gateway `i % n`);
 /// returns their logs.
 pub async fn arrive(load: Arc<Load>, users: Vec<i64>, over: Duration, late: bool) -> Vec<BuyerLog> {
@@ -287,16 +275,10 @@ pub async fn buyer(
             log.gave_up = true;
             return log;
         }
-        let a = conn
-            .send(Req::post("/api/auth/dev-token").json(&json!({"user_id": user_id, "role": "user"})))
-            .await;
-        if a.status == 200
-            && let Some(b) = serde_json::from_slice::<TokenResponse>(&a.body)
-                .ok()
-                .and_then(|t| bearer_header(&t.token).ok())
-        {
-            break b;
-        }
+        let a = match api::dev_token(&mut conn, user_id, Role::User).await {
+            Ok(bearer) => break bearer,
+            Err(refused) => refused.answer,
+        };
         if !log.tally.retryable(&a) {
             log.tally.bad(load.secs(), user_id, "POST /api/auth/dev-token", &a);
             if a.status < 500 {
@@ -307,7 +289,6 @@ pub async fn buyer(
     };
     log.bearer = Some(bearer.clone());
 
-    let token_header = HeaderName::from_static(headers::SECKILL_TOKEN);
     let mut token: Option<HeaderValue> = None;
     let mut tries_after_failed = 0;
     loop {
@@ -318,12 +299,9 @@ pub async fn buyer(
         let Some(path_token) = token.clone() else {
             let sent = load.secs();
             let a =
-                conn.send(admitted(Req::post(&load.token_path).bearer(&bearer), admission.as_ref())).await;
+                conn.send(admitted(Req::post(&load.paths.token).bearer(&bearer), admission.as_ref())).await;
             if a.status == 200 {
-                match serde_json::from_slice::<TokenResponse>(&a.body)
-                    .ok()
-                    .and_then(|t| HeaderValue::from_str(&t.token).ok())
-                {
+                match a.path_token() {
                     Some(t) => {
                         token = Some(t);
                         backoff.reset();
@@ -335,7 +313,7 @@ pub async fn buyer(
                     }
                 }
             }
-            if is(&a, 410, ErrorCode::SoldOut) {
+            if a.is_error(410, ErrorCode::SoldOut) {
                 log.good.push((sent, load.secs()));
                 log.sold_out = true;
                 break;
@@ -354,21 +332,21 @@ pub async fn buyer(
         log.order_calls += 1;
         let a = conn
             .send(admitted(
-                Req::post(&load.orders_path).bearer(&bearer).header(token_header.clone(), path_token),
+                Req::post(&load.paths.orders).bearer(&bearer).path_token(path_token),
                 admission.as_ref(),
             ))
             .await;
         let answered = load.secs();
         let request_id = if a.status == 202 {
             log.good.push((sent, answered));
-            serde_json::from_slice::<OrderAccepted>(&a.body).ok().map(|b| b.request_id)
-        } else if is(&a, 409, ErrorCode::Repeated) {
+            a.json::<OrderAccepted>().map(|b| b.request_id)
+        } else if a.is_error(409, ErrorCode::Repeated) {
             None
-        } else if is(&a, 403, ErrorCode::BadToken) {
+        } else if a.is_error(403, ErrorCode::BadToken) {
             // Used by a click whose answer was lost, or expired: ask for a fresh one.
             token = None;
             continue;
-        } else if is(&a, 410, ErrorCode::SoldOut) {
+        } else if a.is_error(410, ErrorCode::SoldOut) {
             log.good.push((sent, answered));
             log.sold_out = true;
             break;
@@ -412,7 +390,7 @@ pub async fn buyer(
 /// `req` with the buyer's admission to a sale's waiting room, if it has one.
 fn admitted<'a>(req: Req<'a>, admission: Option<&HeaderValue>) -> Req<'a> {
     match admission {
-        Some(a) => req.more_header(HeaderName::from_static(headers::ROOM_ADMISSION), a.clone()),
+        Some(a) => req.admission(a.clone()),
         None => req,
     }
 }
@@ -440,33 +418,26 @@ async fn poll(
             Duration::from_secs(1)
         };
         tokio::time::sleep(pause).await;
-        let a = conn.send(Req::get(&load.result_path).bearer(bearer)).await;
-        match (a.status, serde_json::from_slice::<SeckillResult>(&a.body)) {
-            (200, Ok(r)) => match r.status {
-                SeckillStatus::Success | SeckillStatus::Failed => {
-                    acc.state = if r.status == SeckillStatus::Success {
-                        FinalState::Success
-                    } else {
-                        FinalState::Failed
-                    };
-                    acc.order_id = r.order_id.map(|o| o.get());
-                    acc.final_s = Some(load.secs());
-                    return acc;
-                }
-                SeckillStatus::Queued => {
-                    acc.state = FinalState::Queued;
-                    none_since = None;
-                }
-                SeckillStatus::None => {
-                    acc.state = FinalState::None;
-                    if none_since.get_or_insert_with(Instant::now).elapsed() >= load.none_grace {
+        match api::result(conn, &load.paths, bearer).await {
+            Ok(r) => {
+                acc.state = r.status.into();
+                match r.status {
+                    SeckillStatus::Success | SeckillStatus::Failed => {
+                        acc.order_id = r.order_id.map(|o| o.get());
+                        acc.final_s = Some(load.secs());
                         return acc;
                     }
+                    SeckillStatus::Queued => none_since = None,
+                    SeckillStatus::None => {
+                        if none_since.get_or_insert_with(Instant::now).elapsed() >= load.none_grace {
+                            return acc;
+                        }
+                    }
                 }
-            },
-            _ => {
-                if !tally.retryable(&a) {
-                    tally.bad(load.secs(), user_id, "GET .../result", &a);
+            }
+            Err(refused) => {
+                if !tally.retryable(&refused.answer) {
+                    tally.bad(load.secs(), user_id, "GET .../result", &refused.answer);
                 }
             }
         }
@@ -476,45 +447,14 @@ async fn poll(
     }
 }
 
-/// A user's result read once more at the end of the case (retrying 503, 504 and connection
-/// errors until `deadline`): `None` when it could not be read.
-pub async fn read_result(
-    load: &Load,
-    conn: &mut Conn,
-    bearer: &HeaderValue,
-    deadline: Instant,
-) -> Option<(FinalState, Option<i64>)> {
-    let mut backoff = Backoff::new(0);
-    let mut scratch = Tally::default();
-    loop {
-        if Instant::now() >= deadline {
-            return None;
-        }
-        let a = conn.send(Req::get(&load.result_path).bearer(bearer)).await;
-        if let (200, Ok(r)) = (a.status, serde_json::from_slice::<SeckillResult>(&a.body)) {
-            let state = match r.status {
-                SeckillStatus::Success => FinalState::Success,
-                SeckillStatus::Failed => FinalState::Failed,
-                SeckillStatus::Queued => FinalState::Queued,
-                SeckillStatus::None => FinalState::None,
-            };
-            return Some((state, r.order_id.map(|o| o.get())));
-        }
-        if !scratch.retryable(&a) {
-            return None;
-        }
-        backoff.wait().await;
-    }
-}
-
-/// GETs `path` as `bearer` until a 200 (retrying 503, 504 and connection errors until
-/// `deadline`); the body, or `None`.
-pub async fn get_ok(
+/// GETs `path` (as `bearer`, when given) until a 2xx, retrying 503, 504, 429 and connection
+/// errors until `deadline`: its body as a `T`, or `None`.
+pub async fn read<T: DeserializeOwned>(
     conn: &mut Conn,
     path: &str,
     bearer: Option<&HeaderValue>,
     deadline: Instant,
-) -> Option<bytes::Bytes> {
+) -> Option<T> {
     let mut backoff = Backoff::new(1);
     let mut scratch = Tally::default();
     loop {
@@ -526,14 +466,39 @@ pub async fn get_ok(
             req = req.bearer(b);
         }
         let a = conn.send(req).await;
-        if a.status == 200 {
-            return Some(a.body);
+        if (200..300).contains(&a.status) {
+            return a.json();
         }
         if !scratch.retryable(&a) {
             return None;
         }
         backoff.wait().await;
     }
+}
+
+/// [`read`] as each of `users` (who has a bearer), on [`READERS`] connections at once, each a
+/// user's `path` in turn: what each got.
+pub async fn read_as_each<T: DeserializeOwned>(
+    load: &Load,
+    path: &str,
+    users: &[i64],
+    bearers: &HashMap<i64, HeaderValue>,
+    deadline: Instant,
+) -> Vec<(i64, Option<T>)> {
+    let reads = join_all((0..READERS).map(|k| async move {
+        let mut conn = Conn::new(load.endpoint(k).clone(), load.request_timeout);
+        let mut got = Vec::new();
+        for &u in users.iter().skip(k).step_by(READERS) {
+            let read = match bearers.get(&u) {
+                Some(b) => read(&mut conn, path, Some(b), deadline).await,
+                None => None,
+            };
+            got.push((u, read));
+        }
+        got
+    }))
+    .await;
+    reads.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
@@ -562,13 +527,6 @@ mod tests {
         sum.merge(&t);
         sum.merge(&t);
         assert_eq!((sum.s503, sum.other_5xx, sum.examples.len()), (2, 2, 4));
-    }
-
-    #[test]
-    fn error_codes_are_read_from_the_body() {
-        assert!(is(&answer(410, r#"{"code":"SOLD_OUT","message":"sold out"}"#), 410, ErrorCode::SoldOut));
-        assert!(!is(&answer(410, r#"{"code":"ENDED","message":"over"}"#), 410, ErrorCode::SoldOut));
-        assert!(!is(&answer(410, "not json"), 410, ErrorCode::SoldOut));
     }
 
     #[test]

@@ -34,8 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use futures_util::future::join_all;
-use seckill_common::api::{Goods, Order};
+use seckill_common::api::{Goods, Order, Role, SeckillResult};
 
 use self::buyers::{BuyerLog, Load};
 use self::cases::{Case, Extra, Step, Timing};
@@ -43,16 +42,15 @@ pub use self::config::Config;
 use self::replicas::Consumed;
 use self::servers::Servers;
 use self::verdict::{Figures, OrderRow, Outside};
-use seckill_harness::api::{create_sale, dev_token};
+use seckill_harness::api::{self, create_sale, dev_token};
 use seckill_harness::client::{Conn, Endpoint};
 use seckill_harness::fleet::{self, Backends, Fleet, Svc, Unit};
 use seckill_harness::invariants::{Check, FinalState};
 use seckill_harness::ports;
 use seckill_harness::signal::Signal;
 
-/// Connections used for the end-of-case reads, and how long those reads may take in all (an
-/// endpoint that keeps failing must not hold the suite for one timeout per buyer).
-const READERS: usize = 16;
+/// How long the end-of-case reads may take in all (an endpoint that keeps failing must not
+/// hold the suite for one timeout per buyer).
 const READ_FOR: Duration = Duration::from_secs(60);
 /// The end state is read this long after everything was back at the earliest: with the
 /// services' timings here, the background repairs (the reconciler after 5 s, the end of a
@@ -290,7 +288,7 @@ async fn run_sale(
         .collect::<Result<Vec<_>, _>>()?;
     let endpoint = endpoints[0].clone();
     let mut admin = Conn::new(endpoint.clone(), Duration::from_secs(10));
-    let admin_token = dev_token(&mut admin, 1, "admin").await?;
+    let admin_token = dev_token(&mut admin, 1, Role::Admin).await?;
     let label = format!("faults {}", case.name);
     let plan = case.extra.iter().find_map(Extra::room);
     // A room's users join before the opening too (a second more for the sale to be known).
@@ -564,6 +562,11 @@ async fn late_buyers(
     }
 }
 
+/// A result as the verdict keeps it: its state and order.
+fn final_of(r: SeckillResult) -> (FinalState, Option<i64>) {
+    (r.status.into(), r.order_id.map(|o| o.get()))
+}
+
 /// The end state from outside: each buyer's result, the sale at the gateway and in both
 /// databases, and the orders each concerned buyer sees.
 async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog]) -> anyhow::Result<Outside> {
@@ -574,20 +577,9 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
     let deadline = Instant::now() + READ_FOR;
 
     // Every buyer's result, on a few connections at once.
-    let reads = join_all((0..READERS).map(|k| {
-        let mine: Vec<i64> = users.iter().skip(k).step_by(READERS).copied().collect();
-        let bearers = &bearers;
-        async move {
-            let mut conn = Conn::new(load.endpoint(k).clone(), load.request_timeout);
-            let mut got = Vec::with_capacity(mine.len());
-            for u in mine {
-                got.push((u, buyers::read_result(load, &mut conn, &bearers[&u], deadline).await));
-            }
-            got
-        }
-    }))
-    .await;
-    let mut end: HashMap<i64, Option<(FinalState, Option<i64>)>> = reads.into_iter().flatten().collect();
+    let reads = buyers::read_as_each(load, &load.paths.result, &users, &bearers, deadline).await;
+    let mut end: HashMap<i64, Option<(FinalState, Option<i64>)>> =
+        reads.into_iter().map(|(u, r)| (u, r.map(final_of))).collect();
     let again_until = Instant::now() + REQUEUED_FOR;
     let mut conn = Conn::new(load.endpoint(0).clone(), load.request_timeout);
     loop {
@@ -598,7 +590,8 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         for u in queued {
-            end.insert(u, buyers::read_result(load, &mut conn, &bearers[&u], again_until).await);
+            let read = buyers::read(&mut conn, &load.paths.result, Some(&bearers[&u]), again_until).await;
+            end.insert(u, read.map(final_of));
         }
     }
 
@@ -634,40 +627,19 @@ async fn read_outside(load: &Load, servers: &Servers, g: i64, logs: &[BuyerLog])
 
     let deadline = Instant::now() + READ_FOR;
     let mut conn = Conn::new(load.endpoint(0).clone(), load.request_timeout);
-    let api_available = buyers::get_ok(&mut conn, &format!("/api/goods/{g}"), None, deadline)
+    let api_available = buyers::read::<Goods>(&mut conn, &api::goods_path(g), None, deadline)
         .await
-        .and_then(|b| serde_json::from_slice::<Goods>(&b).ok())
         .map(|goods| goods.stock_available);
 
     // The orders each concerned buyer sees at the gateway.
     let concerned: Vec<i64> = Outside::users_to_compare(logs, &orders, &end).into_iter().collect();
-    let lists = join_all((0..READERS).map(|k| {
-        let mine: Vec<i64> = concerned.iter().skip(k).step_by(READERS).copied().collect();
-        let bearers = &bearers;
-        async move {
-            let mut conn = Conn::new(load.endpoint(k).clone(), load.request_timeout);
-            let mut got = Vec::with_capacity(mine.len());
-            for u in mine {
-                let list = match bearers.get(&u) {
-                    Some(b) => buyers::get_ok(&mut conn, "/api/orders", Some(b), deadline)
-                        .await
-                        .and_then(|body| serde_json::from_slice::<Vec<Order>>(&body).ok())
-                        .map(|orders| {
-                            orders
-                                .into_iter()
-                                .filter(|o| o.goods_id.get() == g)
-                                .map(|o| (o.id.get(), o.status.as_str().to_owned()))
-                                .collect()
-                        }),
-                    None => None,
-                };
-                got.push((u, list));
-            }
-            got
-        }
-    }))
-    .await;
-    let listed = lists.into_iter().flatten().collect();
+    let lists =
+        buyers::read_as_each::<Vec<Order>>(load, api::MY_ORDERS, &concerned, &bearers, deadline).await;
+    let sale_orders = |orders: Vec<Order>| {
+        let of_sale = orders.into_iter().filter(|o| o.goods_id.get() == g);
+        of_sale.map(|o| (o.id.get(), o.status.as_str().to_owned())).collect()
+    };
+    let listed = lists.into_iter().map(|(u, list)| (u, list.map(sale_orders))).collect();
     Ok(Outside { stock, api_available, ledger, orders, end, listed })
 }
 

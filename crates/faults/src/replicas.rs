@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use hyper::header::{HeaderName, HeaderValue};
 use seckill_common::api::Role;
 use seckill_common::trust::{AUTH_HEADER, Peer, RequestFacts, Trust, TrustSettings};
-use seckill_common::{ErrorBody, ErrorCode, UserId, headers};
+use seckill_common::{ErrorCode, UserId};
 
-use seckill_harness::api::dev_token;
-use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT, bearer_header};
+use seckill_harness::api::{SaleRoute, dev_token};
+use seckill_harness::client::{Answer, Conn, Endpoint, Req, STATUS_ERROR, STATUS_TIMEOUT};
 use seckill_harness::fleet::{BUY_BURST, BUY_PER_SEC, Fleet};
 use seckill_harness::fleet::{Svc, Unit};
 use seckill_harness::invariants::Check;
@@ -80,10 +80,6 @@ fn signed(trust: &Trust, path: &str, user: UserId) -> anyhow::Result<(HeaderName
     Ok((HeaderName::from_static(AUTH_HEADER), HeaderValue::from_str(&value)?))
 }
 
-fn is(a: &Answer, status: u16, code: ErrorCode) -> bool {
-    a.status == status && serde_json::from_slice::<ErrorBody>(&a.body).is_ok_and(|b| b.code == code.as_str())
-}
-
 fn shown(a: &Answer) -> String {
     let body: String = String::from_utf8_lossy(&a.body).chars().take(120).collect();
     format!("HTTP {} {body}", a.status)
@@ -92,21 +88,18 @@ fn shown(a: &Answer) -> String {
 /// Asks one replica as `user`: a path token, then the order with it (or without, when the
 /// token was already refused SOLD_OUT: the replica's flag is up). The order's answer.
 async fn ask(conn: &mut Conn, trust: &Trust, g: i64, user: UserId) -> anyhow::Result<Answer> {
-    let (token_path, orders_path) = (format!("/api/seckill/{g}/token"), format!("/api/seckill/{g}/orders"));
+    let (token_path, orders_path) = (SaleRoute::Token.path(g), SaleRoute::Orders.path(g));
     let (name, value) = signed(trust, &token_path, user)?;
     let t = conn.send(Req::post(&token_path).header(name, value)).await;
-    let token = if t.status == 200 {
-        let body: seckill_common::api::TokenResponse = serde_json::from_slice(&t.body)?;
-        Some(HeaderValue::from_str(&body.token)?)
-    } else if is(&t, 410, ErrorCode::SoldOut) {
-        None
-    } else {
-        return Ok(t);
+    let token = match t.path_token() {
+        Some(token) => Some(token),
+        None if t.is_error(410, ErrorCode::SoldOut) => None,
+        None => return Ok(t),
     };
     let (name, value) = signed(trust, &orders_path, user)?;
     let mut req = Req::post(&orders_path).header(name, value);
     if let Some(token) = token {
-        req = req.more_header(HeaderName::from_static(headers::SECKILL_TOKEN), token);
+        req = req.path_token(token);
     }
     Ok(conn.send(req).await)
 }
@@ -143,7 +136,7 @@ pub async fn sold_out_everywhere(fleet: &Fleet, g: i64, first_user: i64, sold_ou
             Err(e) => Err(e),
         };
         match answer {
-            Ok(a) if is(&a, 410, ErrorCode::SoldOut) => {
+            Ok(a) if a.is_error(410, ErrorCode::SoldOut) => {
                 seen.push(format!("{unit} (port {}): 410 SOLD_OUT", fleet.port(unit)))
             }
             Ok(a) => wrong.push(format!("{unit} (port {}): {}", fleet.port(unit), shown(&a))),
@@ -169,8 +162,8 @@ async fn ask_until_answered(conn: &mut Conn, trust: &Trust, g: i64, user: UserId
     let deadline = Instant::now() + ASK_FOR;
     loop {
         let a = ask(conn, trust, g, user).await?;
-        let again =
-            matches!(a.status, 503 | 504 | STATUS_ERROR | STATUS_TIMEOUT) || is(&a, 403, ErrorCode::BadToken);
+        let again = matches!(a.status, 503 | 504 | STATUS_ERROR | STATUS_TIMEOUT)
+            || a.is_error(403, ErrorCode::BadToken);
         if !again || Instant::now() >= deadline {
             return Ok(a);
         }
@@ -314,14 +307,14 @@ pub async fn hot_user(
     let mut conns: Vec<Conn> =
         gateways.iter().map(|e| Conn::new(e.clone(), Duration::from_secs(5))).collect();
     let Some(first) = conns.first_mut() else { return log };
-    let bearer = match dev_token(first, user_id, "user").await.and_then(|t| bearer_header(&t)) {
+    let bearer = match dev_token(first, user_id, Role::User).await {
         Ok(b) => b,
         Err(e) => {
             log.error = Some(format!("no dev token for the hot user: {e:#}"));
             return log;
         }
     };
-    let path = format!("/api/seckill/{g}/orders");
+    let path = SaleRoute::Orders.path(g);
     let before = fallbacks(&admins).await;
     let started = Instant::now();
     let mut i = 0;

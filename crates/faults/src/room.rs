@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::headers;
+use hyper::header::HeaderValue;
+use seckill_common::api::Role;
 use seckill_common::room::{QueueState, QueueStatus, RoomRate, WaitingRoom};
 use serde_json::json;
 use tokio::sync::watch;
@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use super::buyers::{self, BuyerLog, Load, Tally};
 use super::verdict::{self, check};
 use seckill_harness::api::dev_token;
-use seckill_harness::client::{Answer, Conn, Req, bearer_header};
+use seckill_harness::client::{Answer, Conn, Req};
 use seckill_harness::invariants::Check;
 
 pub const PLACE_KEPT: &str = "room: every place the same in every answer";
@@ -112,18 +112,13 @@ type Next = Option<(Duration, Option<HeaderValue>)>;
 /// What every lane shares.
 struct Room {
     load: Arc<Load>,
-    path: String,
     settled: AtomicUsize,
 }
 
 /// `users` join the room of `load`'s sale (opening at `load.t0`), one in `buy_every` buying
 /// once admitted, until every place came up (or far past when it should have).
 pub async fn run(load: Arc<Load>, plan: Plan, users: &[i64], buy_every: usize) -> Outcome {
-    let room = Arc::new(Room {
-        path: format!("/api/seckill/{}/queue", load.goods_id),
-        load: load.clone(),
-        settled: AtomicUsize::new(0),
-    });
+    let room = Arc::new(Room { load: load.clone(), settled: AtomicUsize::new(0) });
     let half = (users.len() / 2).max(1);
     let mut lanes: Vec<Vec<(Instant, User)>> = (0..LANES).map(|_| Vec::new()).collect();
     for (i, &user) in users.iter().enumerate() {
@@ -190,19 +185,15 @@ impl User {
     async fn act(&mut self, room: &Room, conn: &mut Conn, tally: &mut Tally) -> Next {
         let Some(bearer) = self.bearer.clone() else {
             // Refused only while the gateway is away.
-            self.bearer =
-                dev_token(conn, self.log.user, "user").await.ok().and_then(|t| bearer_header(&t).ok());
+            self.bearer = dev_token(conn, self.log.user, Role::User).await.ok();
             return Some((if self.bearer.is_some() { Duration::ZERO } else { RETRY }, None));
         };
         let (req, call) = match &self.ticket {
-            None => (Req::post(&room.path).json(&json!({})), "POST .../queue"),
-            Some(t) => (
-                Req::get(&room.path).header(HeaderName::from_static(headers::ROOM_TICKET), t.clone()),
-                "GET .../queue",
-            ),
+            None => (Req::post(&room.load.paths.queue).json(&json!({})), "POST .../queue"),
+            Some(t) => (Req::get(&room.load.paths.queue).room_ticket(t.clone()), "GET .../queue"),
         };
         let a = conn.send(req.bearer(&bearer)).await;
-        let Some(s) = serde_json::from_slice::<QueueStatus>(&a.body).ok().filter(|_| a.status == 200) else {
+        let Some(s) = a.json::<QueueStatus>() else {
             return self.failed(room, tally, call, &a);
         };
         if self.ticket.is_none() {

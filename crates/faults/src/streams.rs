@@ -78,8 +78,7 @@ async fn listen(
     acc: &mut Accepted,
     within: Duration,
 ) -> Heard {
-    let path = format!("/api/seckill/{}/events", load.goods_id);
-    let opened = open_events(endpoint, &path, bearer, last_id.as_deref());
+    let opened = open_events(endpoint, &load.paths.events, bearer, last_id.as_deref());
     let mut body = match tokio::time::timeout(load.request_timeout, opened).await {
         Ok(Ok(body)) => body,
         Ok(Err(refused)) => return Heard::Refused(refused),

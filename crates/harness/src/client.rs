@@ -98,8 +98,9 @@ pub struct Req<'a> {
     pub method: Method,
     pub path: &'a str,
     pub bearer: Option<&'a HeaderValue>,
+    /// The first extra header, kept inline: most requests have at most one.
     pub header: Option<(HeaderName, HeaderValue)>,
-    /// Headers beyond `header` (rare: a request signed as a service, with a path token).
+    /// Extra headers beyond the first (rare: an order with both an admission and a path token).
     pub more_headers: Vec<(HeaderName, HeaderValue)>,
     pub json: Option<Bytes>,
 }
@@ -118,14 +119,12 @@ impl<'a> Req<'a> {
         self
     }
 
+    /// Adds a header (the typed ones are in [`crate::api`]: path token, admission, ticket).
     pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.header = Some((name, value));
-        self
-    }
-
-    /// One more header, besides the one [`Req::header`] sets.
-    pub fn more_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.more_headers.push((name, value));
+        match self.header {
+            None => self.header = Some((name, value)),
+            Some(_) => self.more_headers.push((name, value)),
+        }
         self
     }
 

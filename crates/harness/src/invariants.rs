@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use seckill_common::api::SaleAudit;
+use seckill_common::api::{SaleAudit, SeckillStatus};
 use serde::{Deserialize, Serialize};
 
 /// A buyer's last known result.
@@ -19,6 +19,17 @@ pub enum FinalState {
     Failed,
     /// The service knows nothing of this user in this sale.
     None,
+}
+
+impl From<SeckillStatus> for FinalState {
+    fn from(status: SeckillStatus) -> Self {
+        match status {
+            SeckillStatus::Queued => Self::Queued,
+            SeckillStatus::Success => Self::Success,
+            SeckillStatus::Failed => Self::Failed,
+            SeckillStatus::None => Self::None,
+        }
+    }
 }
 
 /// What one user saw during the run.

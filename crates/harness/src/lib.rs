@@ -1,6 +1,6 @@
 //! What the load tool (crates/bench) and the fault suite (crates/faults) share: an HTTP/1
-//! client of the gateway that times nothing itself ([`client`]), the calls every run starts with
-//! ([`api`]), the four service binaries started, stopped, killed and paused on ports of the
+//! client of the gateway that times nothing itself ([`client`]), the gateway's routes and calls,
+//! typed, that the end-to-end tests share too ([`api`]), the four service binaries started, stopped, killed and paused on ports of the
 //! run's own ([`fleet`], with [`signal`]), private Redis nodes ([`redis_server`]) and the
 //! loopback ports they take ([`ports`]), the sale's invariants checked from outside
 //! ([`invariants`]), the documents' template environment ([`markdown`]) and the commit a run

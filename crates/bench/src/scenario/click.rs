@@ -6,30 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::TokenResponse;
+use hyper::header::HeaderValue;
 use tokio::sync::{Notify, mpsc};
 
+use crate::api::SalePaths;
 use crate::busy::{self, BusyRetry};
 use crate::client::{Answer, Conn, Req, STATUS_ERROR, STATUS_TIMEOUT};
 use crate::record::{Call, Clock, Event};
-
-/// The paths of one sale.
-pub(super) struct Paths {
-    pub(super) token: String,
-    pub(super) orders: String,
-    pub(super) result: String,
-}
-
-impl Paths {
-    pub(super) fn new(g: i64) -> Self {
-        Self {
-            token: format!("/api/seckill/{g}/token"),
-            orders: format!("/api/seckill/{g}/orders"),
-            result: format!("/api/seckill/{g}/result"),
-        }
-    }
-}
 
 /// Hands out clicks: which user, and (open loop) when.
 pub(super) struct ClickSource {
@@ -201,7 +184,7 @@ pub(super) fn is_undecided(status: u16) -> bool {
 pub(super) struct Clicker {
     pub(super) source: Arc<ClickSource>,
     pub(super) tokens: Arc<Vec<HeaderValue>>,
-    pub(super) paths: Arc<Paths>,
+    pub(super) paths: Arc<SalePaths>,
     /// Accepted users, with when, for the poller.
     pub(super) accepted: mpsc::UnboundedSender<(usize, u32)>,
     pub(super) clock: Clock,
@@ -217,7 +200,6 @@ pub(super) struct Clicker {
 /// click is left open.
 pub(super) async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker) -> WorkerOut {
     let mut out = WorkerOut::default();
-    let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
     let retries = clicker.retries.clone();
     let mut fresh: Option<OpenClick> = None;
     // Closed loop: the click this connection's buyer tries again after its Retry-After.
@@ -261,7 +243,7 @@ pub(super) async fn buy_worker(mut conn: Conn, gateway: usize, clicker: Clicker)
                 }
             }
         };
-        match clicker.advance(&mut conn, gateway, &token_header, click, &mut out.events).await {
+        match clicker.advance(&mut conn, gateway, click, &mut out.events).await {
             Stepped::Ended(click) => {
                 out.clicks.push(click);
                 clicker.done.fetch_add(1, Ordering::Relaxed);
@@ -299,7 +281,6 @@ impl Clicker {
         &self,
         conn: &mut Conn,
         gateway: usize,
-        token_header: &HeaderName,
         mut click: OpenClick,
         events: &mut Vec<Event>,
     ) -> Stepped {
@@ -315,14 +296,12 @@ impl Clicker {
                     return self.refused(click, gateway, Call::PathToken, &a, end);
                 }
                 start = end;
-                serde_json::from_slice::<TokenResponse>(&a.body)
-                    .ok()
-                    .and_then(|t| HeaderValue::from_str(&t.token).ok())
+                a.path_token()
             }
         };
         let mut req = Req::post(&self.paths.orders).bearer(bearer);
         if let Some(t) = presented.clone() {
-            req = req.header(token_header.clone(), t);
+            req = req.path_token(t);
         }
         let a = conn.send(req).await;
         let end = Instant::now();

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use hyper::header::{HeaderName, HeaderValue};
-use seckill_common::api::{Goods, SeckillResult, TokenResponse};
+use hyper::header::HeaderValue;
+use seckill_common::api::Role;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::api::{create_sale, dev_token};
+use crate::api::{self, SalePaths, create_sale, dev_token};
 use crate::busy::BusyRetry;
-use crate::client::{Conn, Endpoint, Req, bearer_header};
+use crate::client::{Conn, Endpoint, Req};
 use crate::invariants::{self, Buyer, FinalState};
 use crate::machine::{CpuReport, Involved, Watch};
 use crate::memory::{ProcMemory, ProcTarget};
@@ -34,7 +34,7 @@ mod click;
 mod poll;
 mod summary;
 
-use self::click::{Click, ClickSource, Clicker, PathTokens, Paths, Retries, WorkerOut, buy_worker};
+use self::click::{Click, ClickSource, Clicker, PathTokens, Retries, WorkerOut, buy_worker};
 use self::poll::{PollOut, PollSetup, final_state, poll_results};
 use self::summary::{
     OrderRows, buy_summary, drain_summary, fold_outcomes, order_times, scenario_params, secs, spread_marks,
@@ -246,7 +246,7 @@ struct Sale {
     /// after the run.
     admin: Conn,
     goods_id: i64,
-    paths: Arc<Paths>,
+    paths: Arc<SalePaths>,
     /// Every user's bearer header, by user index.
     tokens: Arc<Vec<HeaderValue>>,
     buyers: Vec<Buyer>,
@@ -273,7 +273,7 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
     let goods_id = match cfg.sale {
         Some(g) => g,
         None => {
-            let admin_token = dev_token(&mut admin, 1, "admin").await?;
+            let admin_token = dev_token(&mut admin, 1, Role::Admin).await?;
             let label = format!("bench {}", cfg.name);
             let goods = create_sale(
                 &mut admin,
@@ -298,7 +298,7 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
     let mut sale = Sale {
         admin,
         goods_id,
-        paths: Arc::new(Paths::new(goods_id)),
+        paths: Arc::new(SalePaths::new(goods_id)),
         tokens,
         buyers: user_ids.iter().map(|u| Buyer { user_id: *u, ..Buyer::default() }).collect(),
         notes: Vec::new(),
@@ -499,10 +499,10 @@ async fn report_run(
 ) -> anyhow::Result<(Report, Vec<Event>)> {
     fold_outcomes(&mut sale.buyers, &timed.clicks, &timed.polled);
     let g = sale.goods_id;
-    let stock_available = match goods_now(&mut sale.admin, g).await {
+    let stock_available = match api::goods(&mut sale.admin, g).await {
         Ok(goods) => Some(goods.stock_available),
         Err(e) => {
-            sale.notes.push(format!("GET /api/goods/{g} after the run failed: {e:#}"));
+            sale.notes.push(format!("after the run: {e}"));
             None
         }
     };
@@ -597,18 +597,18 @@ async fn sell_out(
     cfg: &ScenarioConfig,
     conn: &mut Conn,
     tokens: &[HeaderValue],
-    paths: &Paths,
+    paths: &SalePaths,
     buyers: &mut [Buyer],
 ) -> anyhow::Result<u64> {
-    let token_header = HeaderName::from_static(seckill_common::headers::SECKILL_TOKEN);
     let mut sold = 0;
     for user in 0..buyers.len().min(usize::try_from(cfg.stock).unwrap_or(usize::MAX)) {
         let mut req = Req::post(&paths.orders).bearer(&tokens[user]);
         if cfg.path_token {
             let a = conn.send(Req::post(&paths.token).bearer(&tokens[user])).await;
-            let t: TokenResponse = serde_json::from_slice(&a.body)
-                .with_context(|| format!("path token before the sale sold out: HTTP {}", a.status))?;
-            req = req.header(token_header.clone(), HeaderValue::from_str(&t.token)?);
+            let t = a.path_token();
+            req = req.path_token(
+                t.with_context(|| format!("path token before the sale sold out: HTTP {}", a.status))?,
+            );
         }
         let a = conn.send(req).await;
         if a.status != 202 {
@@ -621,12 +621,9 @@ async fn sell_out(
         b.result = Some(FinalState::Queued);
         while Instant::now() < deadline {
             let a = conn.send(Req::get(&paths.result).bearer(&tokens[user])).await;
-            if let Some(state) = final_state(&a) {
+            if let Some((state, order_id)) = final_state(&a) {
                 b.result = Some(state);
-                b.order_id = serde_json::from_slice::<SeckillResult>(&a.body)
-                    .ok()
-                    .and_then(|r| r.order_id)
-                    .map(|o| o.get());
+                b.order_id = order_id;
                 b.answered_us = Some(0);
                 break;
             }
@@ -641,31 +638,21 @@ async fn sell_out(
 async fn fetch_path_tokens(
     conn: &mut Conn,
     tokens: &[HeaderValue],
-    paths: &Paths,
+    paths: &SalePaths,
 ) -> anyhow::Result<Vec<HeaderValue>> {
     let mut out = Vec::with_capacity(tokens.len());
     for bearer in tokens {
         let a = conn.send(Req::post(&paths.token).bearer(bearer)).await;
-        if a.status != 200 {
+        let Some(t) = a.path_token() else {
             bail!(
                 "the path token before the clock: HTTP {} ({})",
                 a.status,
                 String::from_utf8_lossy(&a.body)
             );
-        }
-        let t: TokenResponse = serde_json::from_slice(&a.body).context("the path token answer")?;
-        out.push(HeaderValue::from_str(&t.token)?);
+        };
+        out.push(t);
     }
     Ok(out)
-}
-
-/// `GET /api/goods/{g}`: the sale as the authority (stock-service) has it.
-pub(crate) async fn goods_now(conn: &mut Conn, g: i64) -> anyhow::Result<Goods> {
-    let a = conn.send(Req::get(&format!("/api/goods/{g}"))).await;
-    if a.status != 200 {
-        bail!("HTTP {}", a.status);
-    }
-    Ok(serde_json::from_slice(&a.body)?)
 }
 
 /// Every user's bearer header, minted through the gateway before the clock starts, on up to
@@ -688,24 +675,20 @@ pub(crate) async fn mint_tokens(
         tasks.spawn(async move {
             let mut got = Vec::new();
             for i in (k..users.len()).step_by(n) {
-                let mut last = None;
-                for _ in 0..3 {
-                    match dev_token(&mut conn, users[i], "user").await {
-                        Ok(t) => {
-                            last = Some(Ok(t));
-                            break;
-                        }
-                        Err(e) => last = Some(Err(e)),
+                // Three tries: a token refused once (a connection reset) is not a failed run.
+                let mut tries = 0;
+                let bearer = loop {
+                    tries += 1;
+                    match dev_token(&mut conn, users[i], Role::User).await {
+                        Ok(bearer) => break bearer,
+                        Err(e) if tries == 3 => return Err(e),
+                        Err(_) => {}
                     }
-                }
-                match last {
-                    Some(Ok(t)) => got.push((i, bearer_header(&t)?)),
-                    Some(Err(e)) => return Err(e),
-                    None => bail!("no token for user {}", users[i]),
-                }
+                };
+                got.push((i, bearer));
                 counter.fetch_add(1, Ordering::Relaxed);
             }
-            Ok::<_, anyhow::Error>(got)
+            Ok::<_, api::Refused>(got)
         });
     }
     let mut tokens = vec![HeaderValue::from_static(""); users.len()];
@@ -723,7 +706,7 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
-    use crate::client::STATUS_TIMEOUT;
+    use crate::client::{STATUS_TIMEOUT, bearer_header};
     use crate::record::Call;
 
     use super::summary::{by_gateway, limit_check};
@@ -891,7 +874,7 @@ mod tests {
                 t0: clock.t0(),
             }),
             tokens: Arc::new((0..users).map(|u| bearer_header(&format!("user-{u}")).unwrap()).collect()),
-            paths: Arc::new(Paths::new(1)),
+            paths: Arc::new(SalePaths::new(1)),
             accepted,
             clock,
             path_tokens: PathTokens::Off,

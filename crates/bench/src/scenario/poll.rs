@@ -137,11 +137,7 @@ pub(super) async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiv
         let mut done: HashSet<usize> = HashSet::new();
         for (user, a, start, end) in answers.into_iter().flatten() {
             out.events.push(s.clock.event(Call::Result, a.status, start, end));
-            if let Some(state) = final_state(&a) {
-                let order_id = serde_json::from_slice::<SeckillResult>(&a.body)
-                    .ok()
-                    .and_then(|r| r.order_id)
-                    .map(|o| o.get());
+            if let Some((state, order_id)) = final_state(&a) {
                 out.finals.insert(user, Final { state, order_id, at_us: Some(s.clock.us(end)) });
                 done.insert(user);
             }
@@ -165,19 +161,8 @@ pub(super) async fn poll_results(mut s: PollSetup, mut rx: mpsc::UnboundedReceiv
     out
 }
 
-/// `(rank, seconds since the first request)` of sampled winners' order rows: `samples`
-/// orders evenly spread over the winners sorted by order id (ids grow in insertion order),
-/// read back with their owner's token. `created_at` is the database's `now()` of the insert.
-/// The final state in a result answer, or `None` while queued (or the poll failed).
-pub(super) fn final_state(a: &Answer) -> Option<FinalState> {
-    if a.status != 200 {
-        return None;
-    }
-    let r: SeckillResult = serde_json::from_slice(&a.body).ok()?;
-    match r.status {
-        SeckillStatus::Queued => None,
-        SeckillStatus::Success => Some(FinalState::Success),
-        SeckillStatus::Failed => Some(FinalState::Failed),
-        SeckillStatus::None => Some(FinalState::None),
-    }
+/// A result answer's final state and order; `None` while queued (or when the poll failed).
+pub(super) fn final_state(a: &Answer) -> Option<(FinalState, Option<i64>)> {
+    let r = a.json::<SeckillResult>()?;
+    (r.status != SeckillStatus::Queued).then(|| (r.status.into(), r.order_id.map(|o| o.get())))
 }

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use hyper::header::HeaderValue;
-use seckill_common::api::Order;
 use serde_json::json;
 
-use crate::client::{Conn, Req, STATUS_ERROR, STATUS_TIMEOUT};
+use crate::api;
+use crate::client::{Conn, STATUS_ERROR, STATUS_TIMEOUT};
 use crate::invariants::{Buyer, FinalState};
 use crate::record::{Call, Event, outcome_label};
 use crate::report::{BuySummary, DrainSummary, GatewayClicks, LimitCheck};
@@ -201,6 +201,9 @@ pub(super) fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -
     })
 }
 
+/// `(rank, seconds since the first request)` of sampled winners' order rows: `samples`
+/// orders evenly spread over the winners sorted by order id (ids grow in insertion order),
+/// read back with their owner's token. `created_at` is the database's `now()` of the insert.
 pub(super) async fn order_times(
     conn: &mut Conn,
     tokens: &[HeaderValue],
@@ -222,11 +225,7 @@ pub(super) async fn order_times(
     let mut out = Vec::with_capacity(picks.len());
     for rank in picks {
         let (order_id, user) = winners[rank];
-        let a = conn.send(Req::get(&format!("/api/orders/{order_id}")).bearer(&tokens[user])).await;
-        if a.status != 200 {
-            continue;
-        }
-        if let Ok(order) = serde_json::from_slice::<Order>(&a.body) {
+        if let Ok(order) = api::order(conn, &tokens[user], order_id).await {
             let us = (order.created_at - t0_wall).num_microseconds().unwrap_or(0);
             out.push((rank, us as f64 / 1e6));
         }
