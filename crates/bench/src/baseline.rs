@@ -25,32 +25,44 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use crate::cli::{self, Output};
 use crate::client::{Conn, Endpoint, Req};
 use crate::machine::{Involved, Watch};
-use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event, PUBLISH_ACK, PUBLISH_NACK};
 use crate::report::{self, KIND_AMQP, KIND_HTTP, LoadShape, Report};
 
-/// `http`: GET `url` on `connections` keep-alive connections for `duration`.
-#[derive(Debug, Clone)]
+/// `http`: GET `url` on `connections` keep-alive connections for `duration`; the
+/// subcommand's options.
+#[derive(Debug, Clone, clap::Args)]
 pub struct HttpConfig {
-    pub name: String,
+    /// The URL to GET (plain http).
+    #[arg(long)]
     pub url: String,
+    #[arg(long, short = 'c', default_value_t = 200)]
     pub connections: usize,
+    /// Seconds of load.
+    #[arg(long, default_value = "10", value_parser = cli::secs)]
     pub duration: Duration,
     /// Open loop at this many requests per second (latency from the scheduled start).
+    #[arg(long, value_parser = cli::per_sec)]
     pub rate: Option<f64>,
+    #[arg(long = "timeout-ms", value_name = "TIMEOUT_MS", default_value = "10000", value_parser = cli::millis)]
     pub request_timeout: Duration,
-    pub progress: bool,
-    pub procs: Vec<ProcTarget>,
+    /// The report's name.
+    #[arg(long, default_value = "http")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     let endpoint = Endpoint::parse(&cfg.url)?;
     let conns = Conn::open_many(&endpoint, cfg.connections.max(1), cfg.request_timeout).await?;
-    let progress = Progress::new(cfg.progress && cfg.duration >= Duration::from_secs(3), None, &cfg.name);
-    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
+    let progress =
+        Progress::new(cfg.out.progress() && cfg.duration >= Duration::from_secs(3), None, &cfg.name);
+    let procs = cfg.out.procs();
+    let watch = Watch::start(procs.clone(), Duration::from_millis(100));
     let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let deadline = clock.t0() + cfg.duration;
@@ -87,7 +99,7 @@ pub async fn http_load(cfg: &HttpConfig) -> anyhow::Result<Report> {
     }
     let end_us = clock.now_us();
     progress.finish();
-    let cpu = watch.cpu(&Involved::only(&["gateway", "seckill-bench", "seckill_bench-"], cfg.procs.clone()));
+    let cpu = watch.cpu(&Involved::only(&["gateway", "seckill-bench", "seckill_bench-"], procs));
     let memory = watch.memory();
     let mut notes = Vec::new();
     if reconnects > 0 {
@@ -160,17 +172,31 @@ where
 }
 
 /// `amqp-publish`: `messages` persistent publishes with confirms, `in_flight` unconfirmed at
-/// most, to a scratch durable queue deleted afterwards (`queue`, else a random name).
-#[derive(Debug, Clone)]
+/// most, to a scratch durable queue deleted afterwards; the subcommand's options.
+#[derive(Debug, Clone, clap::Args)]
 pub struct AmqpConfig {
-    pub name: String,
+    #[arg(
+        long = "amqp-url",
+        value_name = "AMQP_URL",
+        env = "SECKILL_AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
     pub url: String,
+    #[arg(long, default_value_t = 20_000)]
     pub messages: u64,
+    /// Publishes waiting for their confirm at most.
+    #[arg(long, default_value_t = 1_000)]
     pub in_flight: usize,
+    /// Message size (an order request message is about 150 bytes).
+    #[arg(long, default_value_t = 150)]
     pub body_bytes: usize,
+    #[arg(long, default_value = "amqp-publish")]
+    pub name: String,
+    /// The scratch queue's name (default: `seckill-bench.scratch.<random>`).
+    #[arg(long)]
     pub queue: Option<String>,
-    pub progress: bool,
-    pub procs: Vec<ProcTarget>,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 pub async fn amqp_publish(cfg: &AmqpConfig) -> anyhow::Result<Report> {
@@ -208,8 +234,9 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
         br#"{"v":1,"request_id":"00000000-0000-0000-0000-000000000000","user_id":1,"goods_id":1,"ts":0}"#
             .to_vec();
     body.resize(cfg.body_bytes.max(1), b' ');
-    let progress = Progress::new(cfg.progress, Some(cfg.messages), "publishing");
-    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
+    let progress = Progress::new(cfg.out.progress(), Some(cfg.messages), "publishing");
+    let procs = cfg.out.procs();
+    let watch = Watch::start(procs.clone(), Duration::from_millis(100));
     let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let mut events = Vec::with_capacity(usize::try_from(cfg.messages).unwrap_or(0));
@@ -248,7 +275,7 @@ async fn publish_all(channel: &lapin::Channel, queue: &str, cfg: &AmqpConfig) ->
     progress.finish();
     let cpu = watch.cpu(&Involved::only(
         &["beam.smp", "erl_child_setup", "inet_gethost", "epmd", "seckill-bench", "seckill_bench-"],
-        cfg.procs.clone(),
+        procs,
     ));
     let memory = watch.memory();
     let mut notes = Vec::new();

@@ -25,23 +25,20 @@ pub fn is_busy(answer: &Answer) -> bool {
 }
 
 /// How a click retries BUSY answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct BusyRetry {
-    /// Retries per click (0: a BUSY answer ends the click).
+    /// Retries of a click's call answered `503 BUSY`, each after its `Retry-After` (capped at
+    /// 5 s) plus a little jitter, as a browser or an app would (0: a BUSY answer ends the click).
+    #[arg(long = "busy-retries", value_name = "BUSY_RETRIES", default_value_t = DEFAULT_RETRIES)]
     pub retries: u32,
     /// The longest wait honoured.
+    #[arg(skip = MAX_WAIT)]
     pub max_wait: Duration,
-}
-
-impl Default for BusyRetry {
-    fn default() -> Self {
-        Self { retries: DEFAULT_RETRIES, max_wait: MAX_WAIT }
-    }
 }
 
 impl BusyRetry {
     pub fn new(retries: u32) -> Self {
-        Self { retries, ..Self::default() }
+        Self { retries, max_wait: MAX_WAIT }
     }
 
     /// After `answer`, on a click that already retried `retried` times: how long to wait
@@ -91,7 +88,7 @@ mod tests {
 
     #[test]
     fn the_wait_is_the_servers_capped_plus_jitter() {
-        let policy = BusyRetry::default();
+        let policy = BusyRetry::new(DEFAULT_RETRIES);
         let s = Duration::from_secs;
         assert_eq!(policy.wait(Some(s(1)), 0.0), s(1));
         assert_eq!(policy.wait(Some(s(1)), 1.0), Duration::from_millis(1_250));

@@ -10,7 +10,10 @@
 //! same PostgreSQL, for comparison. The fault suite is crates/faults; what the two share (the
 //! client, the fleet of binaries, the invariants) is crates/harness. The library API is what the
 //! binary uses and what the smoke test drives: [`scenario::run`] with a
-//! [`scenario::ScenarioConfig`] returns a [`report::Report`].
+//! [`scenario::ScenarioConfig`] returns a [`report::Report`]. Each run's configuration is its
+//! subcommand's options (a clap `Args` struct, every default in its `#[arg]`; what the
+//! scenarios differ in, in [`scenario::Scenario::defaults`]); a caller builds one with
+//! [`cli::parse_options`] or [`scenario::ScenarioConfig::new`].
 
 pub use seckill_harness::{api, client, fleet, invariants, signal};
 

@@ -523,7 +523,7 @@ async fn measure(
     let endpoint = Endpoint::parse(&fleet.url(Unit::first(Svc::Gateway)))?;
     let mut admin = Conn::new(endpoint.clone(), TIMEOUT);
     let admin_token = dev_token(&mut admin, 1, Role::Admin).await?;
-    let (n, m, progress) = (streams as usize, a.spike_buyers as usize, !a.out.no_progress);
+    let (n, m, progress) = (streams as usize, a.spike_buyers as usize, a.out.progress());
     let users: Vec<i64> = (0..n + m).map(|i| FIRST_USER + i as i64).collect();
     let mut bearers = mint_tokens(&endpoint, &users, 32, TIMEOUT, progress).await?;
     let spike_bearers: Arc<[HeaderValue]> = bearers.split_off(n).into();

@@ -335,7 +335,7 @@ pub async fn run(a: &RoomArgs) -> anyhow::Result<Report> {
         "--users, --connections and --rate must be at least 1"
     );
     let procs = a.out.procs();
-    let progress = !a.out.no_progress;
+    let progress = a.out.progress();
     let endpoint = Endpoint::parse(&a.gateway)?;
     let mut admin = Conn::new(endpoint.clone(), REQUEST_TIMEOUT);
     let admin_token = crate::api::dev_token(&mut admin, 1, Role::Admin).await?;

@@ -21,10 +21,11 @@ use serde_json::json;
 
 use crate::api::{self, SalePaths};
 use crate::busy::BusyRetry;
+use crate::cli::{self, Output};
 use crate::client::{Answer, Conn, Endpoint, Req};
 use crate::invariants::{self, Rebuy};
 use crate::machine::{CpuReport, Involved, Watch};
-use crate::memory::{ProcMemory, ProcTarget};
+use crate::memory::ProcMemory;
 use crate::progress::Progress;
 use crate::record::{Clock, Event};
 use crate::report::{self, KIND_SCENARIO, LoadShape, Report, SpikeFigures, StormSummary};
@@ -50,61 +51,60 @@ const REOPEN_LEAD: Duration = Duration::from_secs(1);
 /// order-service takes `expires_at` just before the insert.
 const TTL_TOLERANCE_S: f64 = 2.0;
 
-/// Everything a storm run needs; [`StormConfig::new`] gives the defaults.
-#[derive(Debug, Clone)]
+/// Everything a storm run needs: the `storm` subcommand's options.
+#[derive(Debug, Clone, clap::Args)]
 pub struct StormConfig {
-    /// The report's name.
-    pub name: String,
-    /// The gateway everything goes through.
+    /// The gateway's base URL (everything goes through it).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = cli::one_gateway)]
     pub gateway: String,
     /// Buyers of the sale whose orders expire together, one unit each (the sale has as many).
+    #[arg(long, default_value_t = 50_000)]
     pub users: u64,
+    /// Keep-alive connections firing clicks (the sale's buyers, each spike, the buyers again).
+    #[arg(long, short = 'c', default_value_t = 500)]
     pub connections: usize,
-    /// Each spike's users and units (the one on the quiet system and the one during the storm).
+    /// Users of each spike (without the storm, and during it).
+    #[arg(long, default_value_t = 20_000)]
     pub spike_users: u64,
+    /// Units of each spike's sale.
+    #[arg(long, default_value_t = 1_000)]
     pub spike_stock: i64,
-    pub path_token: bool,
-    pub busy: BusyRetry,
-    /// The sale's buyers are `first_user..first_user + users`; the spikes' users follow.
-    pub first_user: i64,
-    /// The order-service's pids (every replica): stopped while the orders come due.
+    /// The order-service's pid (repeatable: every replica's): stopped (SIGSTOP) while the orders
+    /// come due, resumed (SIGCONT) when the storm starts.
+    #[arg(long = "pause-pid", required = true)]
     pub pause_pids: Vec<u32>,
-    /// order-service's `order.ttl_secs`.
+    /// The order-service's `order.ttl_secs` (SECKILL__ORDER__TTL_SECS), checked against an
+    /// order: the orders must not come due before every buyer has one.
+    #[arg(long = "order-ttl-secs", value_name = "ORDER_TTL_SECS", value_parser = cli::secs)]
     pub order_ttl: Duration,
-    /// How long after the last order came due order-service is resumed.
+    /// Seconds after the last order came due before order-service is resumed.
+    #[arg(long = "margin-secs", value_name = "MARGIN_SECS", default_value = "2", value_parser = cli::secs)]
     pub margin: Duration,
-    /// How many expired buyers buy again after the storm.
+    /// Expired buyers who buy again after the storm (all must be accepted and end in success).
+    #[arg(long, default_value_t = 1_000)]
     pub rebuy_sample: u64,
-    /// How long to wait for every unit to be back after the resume.
+    /// Seconds to wait, from the resume, for every unit to be back.
+    #[arg(long, default_value = "300", value_parser = cli::secs)]
     pub storm_timeout: Duration,
+    /// Order without a path token (for seckill.require_token=false).
+    #[arg(long = "no-path-token", action = clap::ArgAction::SetFalse)]
+    pub path_token: bool,
+    #[command(flatten)]
+    pub busy: BusyRetry,
+    /// The sale's first buyer (buyers are consecutive from it; each spike's users follow).
+    #[arg(long, default_value_t = 8_000_000)]
+    pub first_user: i64,
+    /// Per-request timeout.
+    #[arg(long = "timeout-ms", value_name = "TIMEOUT_MS", default_value = "10000", value_parser = cli::millis)]
     pub request_timeout: Duration,
-    pub progress: bool,
-    pub procs: Vec<ProcTarget>,
+    /// The report's name.
+    #[arg(long, default_value = "storm")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 impl StormConfig {
-    pub fn new(gateway: impl Into<String>, pause_pids: Vec<u32>, order_ttl: Duration) -> Self {
-        Self {
-            name: "storm".into(),
-            gateway: gateway.into(),
-            users: 50_000,
-            connections: 500,
-            spike_users: 20_000,
-            spike_stock: 1_000,
-            path_token: true,
-            busy: BusyRetry::default(),
-            first_user: 8_000_000,
-            pause_pids,
-            order_ttl,
-            margin: Duration::from_secs(2),
-            rebuy_sample: 1_000,
-            storm_timeout: Duration::from_secs(300),
-            request_timeout: Duration::from_secs(10),
-            progress: true,
-            procs: Vec::new(),
-        }
-    }
-
     /// Refuses settings the run cannot work with, before anything is created.
     pub fn check(&self) -> anyhow::Result<()> {
         if self.users == 0 || self.connections == 0 || self.spike_users == 0 || self.spike_stock < 1 {
@@ -134,19 +134,18 @@ impl StormConfig {
 
     /// A sub-run: `name` after the storm's name, `users` from `first_user`.
     fn sub(&self, scenario: Scenario, name: &str, users: u64, stock: i64, first_user: i64) -> ScenarioConfig {
-        let mut c = ScenarioConfig::new(scenario, self.gateway.clone());
-        c.name = format!("{} {name}", self.name);
-        c.users = users;
-        c.stock = stock;
-        c.connections = self.connections;
-        c.poll_connections = scenario::default_poll_connections(self.connections);
-        c.path_token = self.path_token;
-        c.busy = self.busy;
-        c.first_user = first_user;
-        c.request_timeout = self.request_timeout;
-        c.progress = self.progress;
-        c.procs = self.procs.clone();
-        c
+        ScenarioConfig {
+            name: Some(format!("{} {name}", self.name)),
+            users: Some(users),
+            stock: Some(stock),
+            connections: Some(self.connections),
+            path_token: self.path_token,
+            busy: self.busy,
+            first_user,
+            request_timeout: self.request_timeout,
+            out: self.out.clone(),
+            ..ScenarioConfig::new(scenario, self.gateway.clone())
+        }
     }
 
     /// The sale whose orders expire: every buyer gets one unit (closed loop, as `drain`).
@@ -164,7 +163,7 @@ impl StormConfig {
         let mut c =
             self.sub(Scenario::Spike, "spike during the storm", self.spike_users, self.spike_stock, first);
         // Its orders queue behind nothing, but the consumer shares the cores with the storm.
-        c.final_timeout = c.final_timeout.max(self.storm_timeout);
+        c.final_timeout = Some(c.final_timeout().max(self.storm_timeout));
         c
     }
 
@@ -173,7 +172,7 @@ impl StormConfig {
         let mut c =
             self.sub(Scenario::Drain, "buying again", self.rebuy_sample, self.users as i64, self.first_user);
         c.sale = Some(goods_id);
-        c.poll_during_load = true;
+        c.poll_during_load = Some(true);
         c
     }
 
@@ -199,7 +198,7 @@ impl StormConfig {
     }
 
     fn say(&self, what: &str) {
-        if self.progress {
+        if self.out.progress() {
             eprintln!("storm: {what}");
         }
     }
@@ -368,14 +367,15 @@ async fn release(cfg: &StormConfig, held: Held, g: i64, admin: &HeaderValue) -> 
         cfg.margin.as_secs_f64() + (Utc::now() - resume_at).num_milliseconds() as f64 / 1e3,
         cfg.users
     ));
-    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
+    let procs = cfg.out.procs();
+    let watch = Watch::start(procs.clone(), Duration::from_millis(100));
     let t0_wall = Utc::now();
     let clock = Clock::start();
     paused.resume();
     let paused_secs = stopped.elapsed().as_secs_f64();
     let spike = tokio::spawn(async move { scenario::run_prepared(&spike, prepared).await });
     let (db, redis) = follow_the_storm(cfg, g, admin, clock).await?;
-    let cpu = watch.cpu(&Involved::system(cfg.procs.clone()));
+    let cpu = watch.cpu(&Involved::system(procs));
     let watched_secs = f64::from(clock.now_us()) / 1e6;
     let (during, spike_events) = spike.await.context("the spike during the storm panicked")??;
     Ok(Storm {
@@ -402,7 +402,7 @@ async fn follow_the_storm(
     let endpoint = Endpoint::parse(&cfg.gateway)?;
     let deadline = clock.t0() + cfg.storm_timeout;
     let units = cfg.users as i64;
-    let progress = Progress::new(cfg.progress, Some(cfg.users), "units back");
+    let progress = Progress::new(cfg.out.progress(), Some(cfg.users), "units back");
     let db = Poll {
         conn: Conn::new(endpoint.clone(), cfg.request_timeout),
         path: api::goods_path(g),
@@ -717,7 +717,7 @@ mod tests {
     use crate::report::{BuySummary, DrainSummary};
 
     fn cfg() -> StormConfig {
-        StormConfig::new("http://127.0.0.1:8080", vec![42], Duration::from_secs(60))
+        cli::parse_options(&["--pause-pid", "42", "--order-ttl-secs", "60"]).unwrap()
     }
 
     #[test]
@@ -749,16 +749,19 @@ mod tests {
         (c.users, c.spike_users, c.rebuy_sample, c.first_user, c.path_token) =
             (5_000, 2_000, 100, 1_000, false);
         let sale = c.sale();
-        assert_eq!((sale.first_user, sale.users, sale.stock, sale.sale), (1_000, 5_000, 5_000, None));
+        assert_eq!((sale.first_user, sale.users(), sale.stock(), sale.sale), (1_000, 5_000, 5_000, None));
         let base = c.baseline_spike();
-        assert_eq!((base.first_user, base.users, base.stock), (6_000, 2_000, 1_000));
+        assert_eq!((base.first_user, base.users(), base.stock()), (6_000, 2_000, 1_000));
         let during = c.storm_spike();
-        assert_eq!((during.first_user, during.users), (8_000, 2_000));
-        assert!(during.final_timeout >= c.storm_timeout);
+        assert_eq!((during.first_user, during.users()), (8_000, 2_000));
+        assert!(during.final_timeout() >= c.storm_timeout);
         let again = c.rebuy(77);
-        assert_eq!((again.first_user, again.users, again.stock, again.sale), (1_000, 100, 5_000, Some(77)));
+        assert_eq!(
+            (again.first_user, again.users(), again.stock(), again.sale),
+            (1_000, 100, 5_000, Some(77))
+        );
         assert!(
-            [&sale, &base, &during, &again].iter().all(|s| !s.path_token && s.name.starts_with("storm "))
+            [&sale, &base, &during, &again].iter().all(|s| !s.path_token && s.name().starts_with("storm "))
         );
     }
 

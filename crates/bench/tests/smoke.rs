@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use seckill_bench::report::Report;
 use seckill_bench::scenario::{self, Scenario, ScenarioConfig};
-use seckill_bench::{baseline, chart, markdown};
+use seckill_bench::{baseline, chart, cli, markdown};
 
 fn count(report: &Report, call: &str, outcome: &str) -> u64 {
     report.row(call, outcome).map_or(0, |r| r.count)
@@ -21,12 +21,9 @@ fn count(report: &Report, call: &str, outcome: &str) -> u64 {
 async fn a_tiny_seed_scenario_holds_its_invariants() {
     let sys = seckill_e2e::spawn_system();
     let mut cfg = ScenarioConfig::new(Scenario::Seed, sys.gateway.url());
-    cfg.users = 60;
-    cfg.stock = 20;
-    cfg.connections = 10;
-    cfg.poll_connections = 4;
-    cfg.progress = false;
-    cfg.final_timeout = Duration::from_secs(60);
+    (cfg.users, cfg.stock, cfg.connections, cfg.poll_connections) = (Some(60), Some(20), Some(10), Some(4));
+    cfg.out.no_progress = true;
+    cfg.final_timeout = Some(Duration::from_secs(60));
     let report = scenario::run(&cfg).await.expect("the scenario runs");
     println!("{}", report.render());
 
@@ -81,11 +78,9 @@ async fn a_tiny_seed_scenario_holds_its_invariants() {
 async fn a_hot_user_gets_exactly_one_order_accepted() {
     let sys = seckill_e2e::spawn_system();
     let mut cfg = ScenarioConfig::new(Scenario::HotUser, sys.gateway.url());
-    cfg.clicks = Some(200);
-    cfg.connections = 10;
-    cfg.poll_connections = 2;
-    cfg.progress = false;
-    cfg.final_timeout = Duration::from_secs(60);
+    (cfg.clicks, cfg.connections, cfg.poll_connections) = (200, Some(10), Some(2));
+    cfg.out.no_progress = true;
+    cfg.final_timeout = Some(Duration::from_secs(60));
     // The harness's gateway: rate_limit.buy 20/s, burst 40 (crates/e2e).
     cfg.buy_limit = Some(scenario::BuyLimit { per_sec: 20.0, burst: 40.0 });
     let report = scenario::run(&cfg).await.expect("the scenario runs");
@@ -177,16 +172,19 @@ async fn http_load_against_the_trivial_upstream() {
             let _ = stop_rx.await;
         },
     ));
-    let cfg = baseline::HttpConfig {
-        name: "upstream".into(),
-        url: format!("http://127.0.0.1:{port}/api/goods"),
-        connections: 4,
-        duration: Duration::from_millis(500),
-        rate: None,
-        request_timeout: Duration::from_secs(5),
-        progress: false,
-        procs: Vec::new(),
-    };
+    let url = format!("http://127.0.0.1:{port}/api/goods");
+    let cfg: baseline::HttpConfig = cli::parse_options(&[
+        "--url",
+        &url,
+        "-c",
+        "4",
+        "--duration",
+        "0.5",
+        "--timeout-ms",
+        "5000",
+        "--no-progress",
+    ])
+    .unwrap();
     let report = baseline::http_load(&cfg).await.unwrap();
     let ok = report.row("get", "200").expect("200s");
     assert!(ok.count > 100, "{ok:?}");

@@ -3,6 +3,7 @@
 //! and whose throw-away database is gone afterwards.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use seckill_bench::cli;
 use seckill_bench::sync::db::{self, Bought, GOODS_ID, Scratch};
 use seckill_bench::sync::{self, SyncConfig};
 
@@ -52,13 +53,10 @@ async fn a_buy_is_an_order_sold_out_or_repeated() {
 /// rest sold out, every check holds, and the database is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_sync_run_holds_its_checks() {
-    let mut cfg = SyncConfig::new(pg_url());
-    cfg.database = scratch_name();
-    cfg.buys = 2_000;
-    cfg.stock = 300;
-    cfg.connections = 20;
-    cfg.pool_size = 8;
-    cfg.progress = false;
+    let (url, database) = (pg_url(), scratch_name());
+    let options = ["--pg-url", &url, "--database", &database, "--buys", "2000", "--stock", "300", "-c", "20"];
+    let cfg: SyncConfig =
+        cli::parse_options(&[&options[..], &["--pool-size", "8", "--no-progress"]].concat()).unwrap();
     let report = sync::run(&cfg).await.expect("the run");
     println!("{}", report.render());
 

@@ -20,10 +20,11 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::api::{self, SalePaths, create_sale, dev_token};
 use crate::busy::BusyRetry;
+use crate::cli::{self, GatewayList, Output};
 use crate::client::{Conn, Endpoint, Req};
 use crate::invariants::{self, Buyer, FinalState};
 use crate::machine::{CpuReport, Involved, Watch};
-use crate::memory::{ProcMemory, ProcTarget};
+use crate::memory::ProcMemory;
 use crate::progress::Progress;
 use crate::record::{Clock, Event};
 use crate::report::{self, KIND_SCENARIO, LoadShape, Report};
@@ -69,119 +70,197 @@ impl Scenario {
     }
 }
 
-/// Everything a scenario run needs; [`ScenarioConfig::new`] gives the scenario's defaults.
-#[derive(Debug, Clone)]
+/// Everything a scenario run needs: the scenario subcommands' options. Those the scenarios
+/// differ in are `Option`s, unset taken from [`Scenario::defaults`] (the accessors of the same
+/// names); every other default is in its `#[arg]`.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ScenarioConfig {
+    /// Which scenario: the subcommand's (a parse yields `seed`; the caller sets it).
+    #[arg(skip = Scenario::Seed)]
     pub scenario: Scenario,
-    /// The report's name (default: the scenario's).
-    pub name: String,
-    /// The gateway the sale is created and read back through, and the users' tokens minted.
-    pub gateway: String,
-    /// The gateways the load goes to: load connection k to the k-th of them (modulo their
-    /// number), so one user's clicks are spread over them; the result polls go to the first.
-    /// Empty: `gateway`.
-    pub click_gateways: Vec<String>,
-    /// The gateways' limit on the buy routes (`rate_limit.buy`), when the run is told it: the
-    /// report then sets the calls the limit let through against what it allows.
+    /// The gateway's base URL, or several, comma-separated: the load's connections are spread
+    /// over them (connection k to the k-th, modulo their number), so one user's clicks go to
+    /// every one of them; the sale is created and read back through the first.
+    #[arg(long = "gateway", value_name = "GATEWAY", default_value = "http://127.0.0.1:8080", value_parser = cli::gateway_list)]
+    pub gateways: GatewayList,
+    /// Create the sale, mint the tokens and read the sale back through this gateway instead
+    /// of the first --gateway (e.g. when the gateways under load send /api/goods elsewhere).
+    #[arg(long, value_parser = cli::one_gateway)]
+    pub admin_gateway: Option<String>,
+    #[command(flatten)]
     pub buy_limit: Option<BuyLimit>,
-    /// Settings the gateways under load run with (`rate_limit.lease` = `4`...), as the caller
-    /// says: recorded with the report, for the reader.
-    pub gateway_settings: BTreeMap<String, String>,
-    /// Distinct users (for `sold-out`: the pool the clicks cycle through).
+    /// A setting the gateways under load run with, `key=value` (e.g. `rate_limit.lease=4`),
+    /// recorded with the report for the reader (repeatable).
+    #[arg(long = "gateway-setting", value_name = "KEY=VALUE", value_parser = cli::key_value)]
+    pub gateway_settings: Vec<(String, String)>,
+    /// Distinct users (sold-out: the pool its clicks cycle through).
+    #[arg(long)]
+    pub users: Option<u64>,
+    /// Units on sale.
+    #[arg(long)]
+    pub stock: Option<i64>,
+    /// Keep-alive connections firing clicks.
+    #[arg(long, short = 'c')]
+    pub connections: Option<usize>,
+    /// hot-user: how many clicks the user makes (the others: one click per user).
+    #[arg(long, default_value_t = 1_000)]
+    pub clicks: u64,
+    /// sold-out: seconds of hammering.
+    #[arg(long, value_parser = cli::secs)]
+    pub duration: Option<Duration>,
+    /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
+    /// start). Without it: closed loop, as fast as the connections are answered (after the
+    /// `Retry-After` of a `503 BUSY` a click retries: a connection is one buyer).
+    #[arg(long, value_parser = cli::per_sec)]
+    pub rate: Option<f64>,
+    /// Order without a path token (for seckill.require_token=false).
+    #[arg(long = "no-path-token", action = clap::ArgAction::SetFalse)]
+    pub path_token: bool,
+    #[command(flatten)]
+    pub busy: BusyRetry,
+    /// The first user id (users are consecutive from it).
+    #[arg(long, default_value_t = 10_000)]
+    pub first_user: i64,
+    /// Least time between two polls of one user's result.
+    #[arg(long = "poll-interval-ms", value_name = "POLL_INTERVAL_MS", default_value = "50", value_parser = cli::millis)]
+    pub poll_interval: Duration,
+    /// Connections polling results (default: a quarter of --connections, 4 to 64).
+    #[arg(long)]
+    pub poll_connections: Option<usize>,
+    /// Poll results while the load runs (default true; false for drain: polls start when the
+    /// load ends, so the load is measured alone, and the drain's end comes from the order
+    /// rows' creation times).
+    #[arg(long, value_name = "BOOL")]
+    pub poll_during_load: Option<bool>,
+    /// Orders whose creation time is read back to time the drain at the order rows.
+    #[arg(long, default_value_t = 200)]
+    pub order_samples: usize,
+    /// Stop this process (SIGSTOP) while the load runs and resume it (SIGCONT) when the load
+    /// ends, e.g. the order-service's pid: the consumer then drains a backlog alone
+    /// (repeatable).
+    #[arg(long = "pause-pid")]
+    pub pause_pids: Vec<u32>,
+    /// Seconds to keep polling after the load ends before calling a result stuck.
+    #[arg(long, value_parser = cli::secs)]
+    pub final_timeout: Option<Duration>,
+    /// Per-request timeout.
+    #[arg(long = "timeout-ms", value_name = "TIMEOUT_MS", default_value = "10000", value_parser = cli::millis)]
+    pub request_timeout: Duration,
+    /// The report's name (default: the scenario's).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Buy on this existing sale instead of creating one (`stock` is then its units, for the
+    /// checks): the expiry storm's buyers buying again.
+    #[arg(skip)]
+    pub sale: Option<i64>,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+/// What the scenarios differ in, where the command line leaves it unset.
+pub struct Defaults {
     pub users: u64,
     pub stock: i64,
     pub connections: usize,
-    /// `hot-user`: how many clicks the one user makes. Others: one click per user.
-    pub clicks: Option<u64>,
-    /// `sold-out`: how long to hammer.
     pub duration: Option<Duration>,
-    /// Open loop: clicks per second on a fixed schedule (latency counted from the scheduled
-    /// start). `None`: closed loop, each connection clicks again as soon as it is answered
-    /// (after the `Retry-After` of a `503 BUSY` it retries: a connection is one buyer).
-    pub rate: Option<f64>,
-    /// Present a path token with each order (off for `seckill.require_token=false`).
-    pub path_token: bool,
-    /// With `path_token`: fetch each user's token once, before the clock, and present it on
-    /// every click (`hot-user`), instead of asking for one at the start of each click.
-    pub path_token_once: bool,
-    /// How a click retries a call answered `503 BUSY` (after its `Retry-After`).
-    pub busy: BusyRetry,
-    /// The first user id; users are `first_user..first_user + users`.
-    pub first_user: i64,
-    pub poll_interval: Duration,
-    pub poll_connections: usize,
-    /// Poll results while the load runs (else only once it ended: the load is measured alone,
-    /// and the drain's end comes from the order rows' creation times).
     pub poll_during_load: bool,
-    /// How many orders' creation times to read back (`GET /api/orders/{id}`) to time the
-    /// drain at the order rows themselves.
-    pub order_samples: usize,
-    /// Processes stopped (SIGSTOP) while the load runs and resumed (SIGCONT) when it ends:
-    /// the order-service, to pile up a backlog and time the consumer on it alone.
-    pub pause_pids: Vec<u32>,
-    /// Buy on this existing sale instead of creating one (`stock` is then its units, for the
-    /// checks): the expiry storm's buyers buying again.
-    pub sale: Option<i64>,
-    /// How long to keep polling after the load ended.
     pub final_timeout: Duration,
-    pub request_timeout: Duration,
-    pub progress: bool,
-    pub procs: Vec<ProcTarget>,
-    pub sample_every: Duration,
 }
 
-impl ScenarioConfig {
-    pub fn new(scenario: Scenario, gateway: impl Into<String>) -> Self {
-        let (users, stock, connections) = match scenario {
-            Scenario::Seed => (1_000, 500, 200),
-            Scenario::Spike => (20_000, 1_000, 500),
-            Scenario::SoldOut => (10_000, 1, 200),
-            Scenario::HotUser => (1, 10, 50),
-            Scenario::Drain => (50_000, 100_000, 500),
+impl Scenario {
+    pub fn defaults(self) -> Defaults {
+        let (users, stock, connections) = match self {
+            Self::Seed => (1_000, 500, 200),
+            Self::Spike => (20_000, 1_000, 500),
+            Self::SoldOut => (10_000, 1, 200),
+            Self::HotUser => (1, 10, 50),
+            Self::Drain => (50_000, 100_000, 500),
         };
-        let mut cfg = Self {
-            scenario,
-            name: scenario.name().into(),
-            gateway: gateway.into(),
-            click_gateways: Vec::new(),
-            buy_limit: None,
-            gateway_settings: BTreeMap::new(),
+        Defaults {
             users,
             stock,
             connections,
-            clicks: (scenario == Scenario::HotUser).then_some(1_000),
-            duration: (scenario == Scenario::SoldOut).then_some(Duration::from_secs(10)),
-            rate: None,
-            path_token: true,
-            path_token_once: scenario == Scenario::HotUser,
-            busy: BusyRetry::default(),
-            first_user: 10_000,
-            poll_interval: Duration::from_millis(50),
-            poll_connections: 0,
-            poll_during_load: scenario != Scenario::Drain,
-            order_samples: 200,
-            pause_pids: Vec::new(),
-            sale: None,
-            final_timeout: Duration::from_secs(if scenario == Scenario::Drain { 180 } else { 60 }),
-            request_timeout: Duration::from_secs(10),
-            progress: true,
-            procs: Vec::new(),
-            sample_every: Duration::from_millis(100),
-        };
-        cfg.poll_connections = default_poll_connections(cfg.connections);
-        cfg
-    }
-
-    /// The gateways the load goes to.
-    pub fn click_gateways(&self) -> Vec<String> {
-        if self.click_gateways.is_empty() { vec![self.gateway.clone()] } else { self.click_gateways.clone() }
+            duration: (self == Self::SoldOut).then_some(Duration::from_secs(10)),
+            poll_during_load: self != Self::Drain,
+            final_timeout: Duration::from_secs(if self == Self::Drain { 180 } else { 60 }),
+        }
     }
 }
 
-/// A per-user token bucket's settings: `per_sec` tokens a second, at most `burst` saved.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+impl ScenarioConfig {
+    /// The scenario's defaults, its load going to `gateway`.
+    pub fn new(scenario: Scenario, gateway: impl Into<String>) -> Self {
+        let cfg: Self = cli::parse_options(&[]).expect("the defaults parse");
+        Self { scenario, gateways: GatewayList(vec![gateway.into()]), ..cfg }
+    }
+
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(self.scenario.name())
+    }
+
+    /// The gateway the sale is created and read back through, and the users' tokens minted.
+    pub fn gateway(&self) -> &str {
+        self.admin_gateway.as_deref().unwrap_or(&self.gateways.0[0])
+    }
+
+    /// The gateways the load goes to: load connection k to the k-th of them (modulo their
+    /// number); the result polls go to the first.
+    pub fn click_gateways(&self) -> &[String] {
+        &self.gateways.0
+    }
+
+    pub fn users(&self) -> u64 {
+        self.users.unwrap_or(self.scenario.defaults().users)
+    }
+
+    pub fn stock(&self) -> i64 {
+        self.stock.unwrap_or(self.scenario.defaults().stock)
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.unwrap_or(self.scenario.defaults().connections)
+    }
+
+    pub fn duration(&self) -> Option<Duration> {
+        self.duration.or(self.scenario.defaults().duration)
+    }
+
+    /// A quarter of the load's connections, between 4 and 64, unless set.
+    pub fn poll_connections(&self) -> usize {
+        self.poll_connections.unwrap_or((self.connections() / 4).clamp(4, 64))
+    }
+
+    pub fn poll_during_load(&self) -> bool {
+        self.poll_during_load.unwrap_or(self.scenario.defaults().poll_during_load)
+    }
+
+    pub fn final_timeout(&self) -> Duration {
+        self.final_timeout.unwrap_or(self.scenario.defaults().final_timeout)
+    }
+
+    /// With a path token: fetch each user's once, before the clock, and present it on every
+    /// click (`hot-user`), instead of asking for one at the start of each click.
+    pub fn path_token_once(&self) -> bool {
+        self.path_token && self.scenario == Scenario::HotUser
+    }
+
+    /// The settings the gateways under load run with, as recorded in the report.
+    pub fn gateway_settings(&self) -> BTreeMap<String, String> {
+        self.gateway_settings.iter().cloned().collect()
+    }
+}
+
+/// A per-user token bucket's settings: `per_sec` tokens a second, at most `burst` saved. On
+/// the command line, the gateways' limit on the buy routes (`rate_limit.buy`), both or neither:
+/// the report then sets the buy calls let through against what it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct BuyLimit {
+    /// The gateways' limit on the buy routes, tokens per second (`rate_limit.buy.per_sec`):
+    /// with --buy-burst, the report sets the buy calls let through against what it allows.
+    #[arg(long = "buy-per-sec", value_name = "BUY_PER_SEC", required = false, requires = "burst")]
     pub per_sec: f64,
+    /// The gateways' burst on the buy routes (`rate_limit.buy.burst`).
+    #[arg(long = "buy-burst", value_name = "BUY_BURST", required = false, requires = "per_sec")]
     pub burst: f64,
 }
 
@@ -193,10 +272,8 @@ impl BuyLimit {
     }
 }
 
-/// A quarter of the load's connections, between 4 and 64.
-pub fn default_poll_connections(connections: usize) -> usize {
-    (connections / 4).clamp(4, 64)
-}
+/// How often the watched processes' memory is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// Runs a scenario against a running system and returns its report.
 pub async fn run(cfg: &ScenarioConfig) -> anyhow::Result<Report> {
@@ -226,7 +303,7 @@ impl Prepared {
 
 /// Everything before the clock ([`set_up`]).
 pub(crate) async fn prepare(cfg: &ScenarioConfig) -> anyhow::Result<Prepared> {
-    if cfg.users == 0 || cfg.connections == 0 {
+    if cfg.users() == 0 || cfg.connections() == 0 {
         bail!("users and connections must be at least 1");
     }
     let (sale, clicking) = set_up(cfg).await?;
@@ -266,7 +343,7 @@ struct Clicking {
 /// connections opened; for `sold-out` the stock sold, with `path_token_once` the path tokens
 /// fetched.
 async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
-    let endpoint = Endpoint::parse(&cfg.gateway)?;
+    let endpoint = Endpoint::parse(cfg.gateway())?;
     let click_endpoints =
         cfg.click_gateways().iter().map(|g| Endpoint::parse(g)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut admin = Conn::new(endpoint.clone(), cfg.request_timeout);
@@ -274,12 +351,12 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
         Some(g) => g,
         None => {
             let admin_token = dev_token(&mut admin, 1, Role::Admin).await?;
-            let label = format!("bench {}", cfg.name);
+            let label = format!("bench {}", cfg.name());
             let goods = create_sale(
                 &mut admin,
                 &admin_token,
                 &label,
-                cfg.stock,
+                cfg.stock(),
                 1,
                 chrono::Duration::seconds(5),
                 None,
@@ -288,13 +365,13 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
             goods.id.get()
         }
     };
-    let user_ids: Vec<i64> = (0..cfg.users).map(|i| cfg.first_user + i as i64).collect();
+    let user_ids: Vec<i64> = (0..cfg.users()).map(|i| cfg.first_user + i as i64).collect();
     let tokens = Arc::new(
-        mint_tokens(&endpoint, &user_ids, cfg.connections, cfg.request_timeout, cfg.progress).await?,
+        mint_tokens(&endpoint, &user_ids, cfg.connections(), cfg.request_timeout, cfg.out.progress()).await?,
     );
-    let mut conns = open_spread(&click_endpoints, cfg.connections, cfg.request_timeout).await?;
+    let mut conns = open_spread(&click_endpoints, cfg.connections(), cfg.request_timeout).await?;
     let poll_conns =
-        Conn::open_many(&click_endpoints[0], cfg.poll_connections.max(1), cfg.request_timeout).await?;
+        Conn::open_many(&click_endpoints[0], cfg.poll_connections().max(1), cfg.request_timeout).await?;
     let mut sale = Sale {
         admin,
         goods_id,
@@ -303,11 +380,11 @@ async fn set_up(cfg: &ScenarioConfig) -> anyhow::Result<(Sale, Clicking)> {
         buyers: user_ids.iter().map(|u| Buyer { user_id: *u, ..Buyer::default() }).collect(),
         notes: Vec::new(),
     };
-    if cfg.scenario == Scenario::SoldOut && cfg.stock > 0 {
+    if cfg.scenario == Scenario::SoldOut && cfg.stock() > 0 {
         let sold = sell_out(cfg, &mut conns[0], &sale.tokens, &sale.paths, &mut sale.buyers).await?;
         sale.notes.push(format!(
             "before the clock: {sold} users bought the {} units (full buy path, polled to final)",
-            cfg.stock
+            cfg.stock()
         ));
     }
     let path_tokens = choose_path_tokens(cfg, &mut conns[0], &mut sale).await?;
@@ -332,7 +409,7 @@ async fn choose_path_tokens(
     conn: &mut Conn,
     sale: &mut Sale,
 ) -> anyhow::Result<PathTokens> {
-    Ok(match (cfg.path_token, cfg.path_token_once) {
+    Ok(match (cfg.path_token, cfg.path_token_once()) {
         (false, _) => PathTokens::Off,
         (true, false) => PathTokens::PerClick,
         (true, true) => {
@@ -355,8 +432,8 @@ async fn choose_path_tokens(
 fn total_clicks(cfg: &ScenarioConfig) -> Option<u64> {
     match cfg.scenario {
         Scenario::SoldOut => None,
-        Scenario::HotUser => Some(cfg.clicks.unwrap_or(1_000)),
-        _ => Some(cfg.users),
+        Scenario::HotUser => Some(cfg.clicks),
+        _ => Some(cfg.users()),
     }
 }
 
@@ -381,8 +458,9 @@ struct Timed {
 /// the machine's CPU and the processes' memory measured around it.
 async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) -> anyhow::Result<Timed> {
     let total_clicks = total_clicks(cfg);
-    let progress = Progress::new(cfg.progress, total_clicks, cfg.scenario.name());
-    let watch = Watch::start(cfg.procs.clone(), cfg.sample_every);
+    let progress = Progress::new(cfg.out.progress(), total_clicks, cfg.scenario.name());
+    let procs = cfg.out.procs();
+    let watch = Watch::start(procs.clone(), SAMPLE_EVERY);
     let mut paused = Paused::stop(&cfg.pause_pids)?;
     let t0_wall = Utc::now();
     let clock = Clock::start();
@@ -395,9 +473,9 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
             path: sale.paths.result.clone(),
             clock,
             interval: cfg.poll_interval,
-            final_timeout: cfg.final_timeout,
+            final_timeout: cfg.final_timeout(),
             finals_seen: finals_seen.clone(),
-            defer: !cfg.poll_during_load,
+            defer: !cfg.poll_during_load(),
         },
         accepted_rx,
     ));
@@ -405,8 +483,8 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
         source: Arc::new(ClickSource {
             next: AtomicU64::new(0),
             limit: total_clicks,
-            deadline: cfg.duration.map(|d| clock.t0() + d),
-            users: cfg.users,
+            deadline: cfg.duration().map(|d| clock.t0() + d),
+            users: cfg.users(),
             rate: cfg.rate,
             t0: clock.t0(),
         }),
@@ -422,11 +500,11 @@ async fn run_timed_phase(cfg: &ScenarioConfig, sale: &Sale, clicking: Clicking) 
     let load = click_on_every_connection(clicking.conns, clicking.gateways, clicker).await?;
     let load_end_us = clock.now_us();
     paused.resume();
-    let cpu = watch.cpu(&Involved::system(cfg.procs.clone()));
+    let cpu = watch.cpu(&Involved::system(procs));
     progress.finish();
     let accepted_so_far = load.clicks.iter().filter(|c| c.accepted()).count() as u64;
     let backlog = accepted_so_far.saturating_sub(finals_seen.load(Ordering::Relaxed));
-    let polled = await_final_results(cfg.progress, poller, &finals_seen, backlog).await?;
+    let polled = await_final_results(cfg.out.progress(), poller, &finals_seen, backlog).await?;
     let memory = watch.memory();
     Ok(Timed {
         t0_wall,
@@ -506,7 +584,7 @@ async fn report_run(
             None
         }
     };
-    let checks = invariants::check(&sale.buyers, cfg.stock, stock_available);
+    let checks = invariants::check(&sale.buyers, cfg.stock(), stock_available);
     let buy = buy_summary(cfg, g, stock_available, &sale.buyers, &timed);
 
     let winners = winners_by_order(&sale.buyers);
@@ -536,15 +614,15 @@ async fn report_run(
     }
     let report = Report {
         kind: KIND_SCENARIO.into(),
-        name: cfg.name.clone(),
+        name: cfg.name().to_owned(),
         started_at: report::rfc3339(timed.t0_wall),
         command: report::this_command(),
         params: scenario_params(cfg, timed.total_clicks),
         load: LoadShape {
-            connections: cfg.connections as u64,
+            connections: cfg.connections() as u64,
             rate: cfg.rate,
-            gateways: cfg.click_gateways(),
-            gateway_settings: cfg.gateway_settings.clone(),
+            gateways: cfg.click_gateways().to_vec(),
+            gateway_settings: cfg.gateway_settings(),
         },
         duration_secs: secs(timed.load_end_us),
         calls: stats::call_stats(&all_events),
@@ -601,7 +679,7 @@ async fn sell_out(
     buyers: &mut [Buyer],
 ) -> anyhow::Result<u64> {
     let mut sold = 0;
-    for user in 0..buyers.len().min(usize::try_from(cfg.stock).unwrap_or(usize::MAX)) {
+    for user in 0..buyers.len().min(usize::try_from(cfg.stock()).unwrap_or(usize::MAX)) {
         let mut req = Req::post(&paths.orders).bearer(&tokens[user]);
         if cfg.path_token {
             let a = conn.send(Req::post(&paths.token).bearer(&tokens[user])).await;
@@ -614,7 +692,7 @@ async fn sell_out(
         if a.status != 202 {
             bail!("selling out the sale: an order was answered HTTP {}", a.status);
         }
-        let deadline = Instant::now() + cfg.final_timeout;
+        let deadline = Instant::now() + cfg.final_timeout();
         let b = &mut buyers[user];
         b.clicks += 1;
         b.accepted += 1;

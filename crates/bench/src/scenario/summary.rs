@@ -61,9 +61,9 @@ pub(super) fn buy_summary(
     let count_result = |s: FinalState| buyers.iter().filter(|b| b.result == Some(s)).count() as u64;
     BuySummary {
         goods_id,
-        stock: cfg.stock,
+        stock: cfg.stock(),
         stock_available,
-        users: cfg.users,
+        users: cfg.users(),
         clicks: timed.clicks.len() as u64,
         accepted: buyers.iter().map(|b| u64::from(b.accepted)).sum(),
         success: count_result(FinalState::Success),
@@ -74,8 +74,8 @@ pub(super) fn buy_summary(
         busy_answers: timed.clicks.iter().map(|c| u64::from(c.busy_answers)).sum(),
         ended_busy: timed.clicks.iter().filter(|c| c.ended_busy).count() as u64,
         busy_retries: cfg.busy.retries,
-        by_gateway: by_gateway(&cfg.click_gateways(), &timed.clicks),
-        limit: cfg.buy_limit.map(|l| limit_check(l, &timed.events, cfg.users)),
+        by_gateway: by_gateway(cfg.click_gateways(), &timed.clicks),
+        limit: cfg.buy_limit.map(|l| limit_check(l, &timed.events, cfg.users())),
     }
 }
 
@@ -179,24 +179,24 @@ pub(super) fn drain_summary(
 pub(super) fn scenario_params(cfg: &ScenarioConfig, total_clicks: Option<u64>) -> serde_json::Value {
     json!({
         "scenario": cfg.scenario.name(),
-        "gateway": cfg.gateway,
+        "gateway": cfg.gateway(),
         "gateways": cfg.click_gateways(),
         "buy_limit": cfg.buy_limit,
-        "gateway_settings": cfg.gateway_settings,
-        "users": cfg.users,
-        "stock": cfg.stock,
-        "connections": cfg.connections,
+        "gateway_settings": cfg.gateway_settings(),
+        "users": cfg.users(),
+        "stock": cfg.stock(),
+        "connections": cfg.connections(),
         "clicks": total_clicks,
-        "duration_secs": cfg.duration.map(|d| d.as_secs_f64()),
+        "duration_secs": cfg.duration().map(|d| d.as_secs_f64()),
         "rate": cfg.rate,
         "path_token": cfg.path_token,
-        "path_token_once": cfg.path_token && cfg.path_token_once,
+        "path_token_once": cfg.path_token_once(),
         "busy_retries": cfg.busy.retries,
         "busy_max_wait_s": cfg.busy.max_wait.as_secs_f64(),
         "first_user": cfg.first_user,
         "poll_interval_ms": cfg.poll_interval.as_millis() as u64,
-        "poll_connections": cfg.poll_connections,
-        "poll_during_load": cfg.poll_during_load,
+        "poll_connections": cfg.poll_connections(),
+        "poll_during_load": cfg.poll_during_load(),
         "paused_during_load": cfg.pause_pids,
     })
 }

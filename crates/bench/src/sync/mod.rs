@@ -19,57 +19,48 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::baseline::redact;
+use crate::cli::{self, Output};
 use crate::client::{Conn, Endpoint, Req};
 use crate::invariants::Check;
 use crate::machine::{Involved, Watch};
-use crate::memory::ProcTarget;
 use crate::progress::Progress;
 use crate::record::{Call, Clock, Event};
 use crate::report::{self, KIND_SCENARIO, LoadShape, Report};
 use db::{GOODS_ID, Scratch, Tally};
 
-/// Everything a `sync` run needs.
-#[derive(Debug, Clone)]
+/// Everything a `sync` run needs: the `sync` subcommand's options. The defaults: 50,000 buys
+/// of a 100,000-unit sale (nothing sells out: every buy is an order, like the accept path's
+/// run), 500 connections, a pool of 32.
+#[derive(Debug, Clone, clap::Args)]
 pub struct SyncConfig {
-    /// The report's name.
-    pub name: String,
-    /// The PostgreSQL server (a database name in it is replaced by `database`).
+    /// The PostgreSQL server (a database name in the URL is replaced by --database).
+    #[arg(long, env = "SECKILL_PG_URL", default_value = "postgres://postgres@127.0.0.1:5432")]
     pub pg_url: String,
-    /// The throw-away database: dropped if an interrupted run left it, created, dropped at
-    /// the end.
+    /// The throw-away database: dropped if an interrupted run left it, created, dropped at the end.
+    #[arg(long, default_value = "seckill_bench_sync")]
     pub database: String,
     /// Buy requests, each by a new user.
+    #[arg(long, default_value_t = 50_000)]
     pub buys: u64,
+    /// Units on sale.
+    #[arg(long, default_value_t = 100_000)]
     pub stock: i64,
-    /// Keep-alive connections of the client.
+    /// Keep-alive connections firing buys.
+    #[arg(long, short = 'c', default_value_t = 500)]
     pub connections: usize,
-    /// PostgreSQL connections of the server.
+    /// The server's PostgreSQL connections.
+    #[arg(long, default_value_t = 32)]
     pub pool_size: usize,
-    /// The first user id; users are `first_user..first_user + buys`.
+    /// The first user id (users are consecutive from it).
+    #[arg(long, default_value_t = 1)]
     pub first_user: i64,
+    #[arg(long = "timeout-ms", value_name = "TIMEOUT_MS", default_value = "10000", value_parser = cli::millis)]
     pub request_timeout: Duration,
-    pub progress: bool,
-    pub procs: Vec<ProcTarget>,
-}
-
-impl SyncConfig {
-    /// 50,000 buys of a 100,000-unit sale (nothing sells out: every buy is an order, like the
-    /// accept path's run), 500 connections, a pool of 32.
-    pub fn new(pg_url: impl Into<String>) -> Self {
-        Self {
-            name: "sync".into(),
-            pg_url: pg_url.into(),
-            database: "seckill_bench_sync".into(),
-            buys: 50_000,
-            stock: 100_000,
-            connections: 500,
-            pool_size: 32,
-            first_user: 1,
-            request_timeout: Duration::from_secs(10),
-            progress: true,
-            procs: Vec::new(),
-        }
-    }
+    /// The report's name.
+    #[arg(long, default_value = "sync")]
+    pub name: String,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 /// What a `sync` run found, for the report.
@@ -118,14 +109,15 @@ async fn measure(cfg: &SyncConfig, scratch: &Scratch) -> anyhow::Result<Report> 
     let endpoint = Endpoint::parse(&format!("http://{}", server.addr()))?;
     let conns = Conn::open_many(&endpoint, cfg.connections, cfg.request_timeout).await?;
 
-    let progress = Progress::new(cfg.progress, Some(cfg.buys), &cfg.name);
-    let watch = Watch::start(cfg.procs.clone(), Duration::from_millis(100));
+    let progress = Progress::new(cfg.out.progress(), Some(cfg.buys), &cfg.name);
+    let procs = cfg.out.procs();
+    let watch = Watch::start(procs.clone(), Duration::from_millis(100));
     let started_at = report::now_rfc3339();
     let clock = Clock::start();
     let (events, reconnects) = buy_on_every_connection(cfg, conns, clock, &progress.counter).await?;
     let end_us = clock.now_us();
     progress.finish();
-    let cpu = watch.cpu(&Involved::only(&["postgres", "seckill-bench", "seckill_bench-"], cfg.procs.clone()));
+    let cpu = watch.cpu(&Involved::only(&["postgres", "seckill-bench", "seckill_bench-"], procs));
     let memory = watch.memory();
 
     // Transactions whose client gave up still run: the database is read once they are done.
